@@ -1,0 +1,30 @@
+"""Run-time settings of the arbiter (paper defaults)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TrustMarginConfig(BaseModel):
+    """Hyper-parameters and limits of TrustMargin.
+
+    Defaults are the paper's main setting (Section 4.3): ``lambda_bind=0.5``, ``tau=-1.5``,
+    top-20 passages, a 2048-token context and at most 20 new tokens per answer.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    lambda_bind: float = Field(0.5, description="Weight of the evidence-binding margin.")
+    tau: float = Field(-1.5, description="Threshold: RAG is chosen iff M > tau.")
+    top_k: int = Field(20, ge=1, description="Passages retrieved per question.")
+    max_context_tokens: int = Field(
+        2048, ge=16, description="Token budget of the concatenated passage context."
+    )
+    max_new_tokens: int = Field(20, ge=1, le=512, description="Greedy generation length.")
+    skip_scoring_when_agree: bool = Field(
+        True, description="Skip the six likelihoods when both answers normalize equal."
+    )
+    include_prompts: bool = Field(
+        False, description="Attach the exact rendered prompt of each view to the Decision."
+    )
+    batch_size: int = Field(8, ge=1, description="Questions per model call.")

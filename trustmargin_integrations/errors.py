@@ -1,0 +1,34 @@
+"""Typed errors. Each one names the offending field and says how to fix it."""
+
+from __future__ import annotations
+
+
+class TrustMarginError(Exception):
+    """Base class for every error this package raises on purpose."""
+
+
+class InvalidInputError(TrustMarginError, ValueError):
+    """A user-supplied value is unusable.
+
+    Attributes:
+        field: the name of the offending argument or record key.
+        fix: a short instruction that resolves the problem.
+    """
+
+    def __init__(self, field: str, problem: str, fix: str) -> None:
+        self.field = field
+        self.problem = problem
+        self.fix = fix
+        super().__init__(f"{field}: {problem}. Fix: {fix}")
+
+
+class ModelLoadError(TrustMarginError, OSError):
+    """A model could not be found, verified or loaded."""
+
+
+class CacheCorruptError(TrustMarginError):
+    """A cached artifact failed its integrity check (it is rebuilt, never used)."""
+
+
+class BackendError(TrustMarginError, RuntimeError):
+    """A scoring or generation backend failed or lacks a required capability."""

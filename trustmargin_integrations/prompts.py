@@ -1,0 +1,118 @@
+"""The three prompt views of the paper's appendix "Prompt Templates", verbatim, and the
+passage context builder. Chat-template rendering happens in the backend, on top of these."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+PROMPT_VERSION = "trustmargin-appendix-v1"
+
+QUESTION_ONLY_TEMPLATE = (
+    "You are a helpful AI assistant.\n"
+    "Answer the user's question concisely with a short phrase or a single word.\n"
+    "\n"
+    "Question:\n"
+    "{question}\n"
+    "\n"
+    "Answer:"
+)
+
+QUESTION_CONTEXT_TEMPLATE = (
+    "####CONTEXT begin####\n"
+    "{context}\n"
+    "####CONTEXT end####\n"
+    "\n"
+    "You are a helpful AI assistant.\n"
+    "Answer the user's question according to the CONTEXT.\n"
+    "Your answer should be concise: a short phrase or a single word.\n"
+    "\n"
+    "Question:\n"
+    "{question}\n"
+    "\n"
+    "Answer:"
+)
+
+CONTEXT_ONLY_TEMPLATE = (
+    "####CONTEXT begin####\n"
+    "{context}\n"
+    "####CONTEXT end####\n"
+    "\n"
+    "You are a helpful AI assistant.\n"
+    "Produce the concise answer phrase that is most supported by the CONTEXT.\n"
+    "\n"
+    "Answer:"
+)
+
+
+@dataclass(frozen=True)
+class ViewTexts:
+    """The user-message text of each view, before any chat template."""
+
+    question_only: str
+    question_context: str
+    context_only: str
+
+
+@dataclass(frozen=True)
+class BuiltContext:
+    """A passage context cut to the token budget.
+
+    ``truncated`` is True when a passage had to be cut mid-text because even the first
+    passage alone exceeded the budget; otherwise whole passages are dropped from the end.
+    """
+
+    text: str
+    passages_used: int
+    passages_given: int
+    num_tokens: int
+    truncated: bool
+
+
+def format_passage(index: int, passage: str) -> str:
+    """One line of the concatenated context: ``Passage i: ...`` (0-based, retrieval order)."""
+    return f"Passage {index}: {passage}"
+
+
+def join_passages(passages: Sequence[str]) -> str:
+    """Concatenate passages in retrieval order, one ``Passage i:`` line each."""
+    return "\n".join(format_passage(i, p) for i, p in enumerate(passages))
+
+
+def build_context(
+    passages: Sequence[str],
+    count_tokens: Callable[[str], int],
+    max_tokens: int,
+    truncate_tokens: Callable[[str, int], str] | None = None,
+) -> BuiltContext:
+    """Join as many leading passages as fit in ``max_tokens`` (a passage boundary cut).
+
+    When not even the first passage fits, it is cut to the budget with ``truncate_tokens``
+    (token-level) so the question still sees some evidence; the result says so.
+    """
+    used: list[str] = []
+    tokens = 0
+    for passage in passages:
+        candidate = join_passages([*used, passage])
+        candidate_tokens = count_tokens(candidate)
+        if candidate_tokens > max_tokens:
+            break
+        used.append(passage)
+        tokens = candidate_tokens
+    if used or not passages:
+        return BuiltContext(join_passages(used), len(used), len(passages), tokens, False)
+    if truncate_tokens is None:
+        raise ValueError("the first passage exceeds the context budget and no truncator was given")
+    prefix_tokens = count_tokens(format_passage(0, ""))
+    head = truncate_tokens(passages[0], max(1, max_tokens - prefix_tokens))
+    text = join_passages([head])
+    return BuiltContext(text, 1, len(passages), count_tokens(text), True)
+
+
+def view_texts(question: str, context: str) -> ViewTexts:
+    """Fill the three appendix templates for one question and its context string."""
+    return ViewTexts(
+        question_only=QUESTION_ONLY_TEMPLATE.format(question=question),
+        question_context=QUESTION_CONTEXT_TEMPLATE.format(context=context, question=question),
+        context_only=CONTEXT_ONLY_TEMPLATE.format(context=context),
+    )
