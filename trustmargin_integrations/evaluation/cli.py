@@ -1,0 +1,188 @@
+"""The ``eval`` and ``report`` commands; :func:`register` adds them to the main typer app."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import platform
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.evaluation.datasets import (
+    NAMED_DATASETS,
+    EvalExample,
+    corpus_path,
+    load_dataset,
+    passage_pool,
+)
+from trustmargin_integrations.evaluation.runner import (
+    PassageSource,
+    PrecomputedPassages,
+    RetrieverPassages,
+    model_dtype,
+    run_eval,
+    run_noise,
+)
+
+DATA_ENV = "TRUSTMARGIN_DATA"
+
+
+def _retriever_from_spec(spec: str) -> object:
+    """``package.module:factory`` -> ``factory()`` (e.g. an Elasticsearch retriever)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise InvalidInputError("--retriever", f"{spec!r} is not 'module:callable'",
+                                "e.g. --retriever mypkg.search:make_retriever")
+    factory = getattr(importlib.import_module(module_name), attr)
+    return factory() if callable(factory) else factory
+
+
+def _source(retrieval: str, dataset: str, data_dir: Path | None, corpus: Path | None,
+            index: Path | None, retriever: str | None) -> PassageSource:
+    if retrieval == "precomputed":
+        return PrecomputedPassages()
+    if retrieval == "bm25":
+        from trustmargin_integrations.retrieval.bm25 import BM25Index
+
+        if index is not None:
+            return RetrieverPassages(BM25Index.load(index), name=f"bm25:{index.name}")
+        path = corpus or (corpus_path(dataset, data_dir) if data_dir else None)
+        if path is None:
+            raise InvalidInputError("--corpus", "is required for --retrieval bm25",
+                                    "pass --corpus FILE (JSON/JSONL {title, text}) or --index DIR")
+        return RetrieverPassages(BM25Index.from_corpus(path), name=f"bm25:{Path(path).name}")
+    if retrieval == "retriever":
+        if not retriever:
+            raise InvalidInputError("--retriever", "is required for --retrieval retriever",
+                                    "pass --retriever module:factory")
+        return RetrieverPassages(_retriever_from_spec(retriever),  # type: ignore[arg-type]
+                                 name=f"retriever:{retriever}")
+    raise InvalidInputError("--retrieval", f"unknown mode {retrieval!r}",
+                            "use precomputed, bm25 or retriever")
+
+
+def _noise_pool(examples: list[EvalExample], corpus: Path | None) -> tuple[list[str], str]:
+    if corpus is not None:
+        from trustmargin_integrations.retrieval.corpus import load_corpus
+
+        return [p.as_context() for p in load_corpus(corpus)], corpus.name
+    pool = passage_pool(examples)
+    if not pool:
+        raise InvalidInputError("--noise-corpus", "is required: the dataset ships no passages",
+                                "pass --noise-corpus FILE")
+    return [p.as_context() for p in pool], "the dataset's own shipped passages"
+
+
+def eval_command(
+    dataset: Annotated[list[str], typer.Option(
+        "--dataset", "-d", help=f"Named dataset ({', '.join(NAMED_DATASETS)}) or a JSON file; "
+                                "repeat for several.")] = ["cwq"],  # noqa: B006
+    data_dir: Annotated[Path | None, typer.Option(
+        help=f"Folder with trustmargin/, prag/, hipporag/ (default ${DATA_ENV}).")] = None,
+    model: Annotated[str, typer.Option(help="Named model, directory, .gguf or HF id.")
+                     ] = "smollm2-135m",
+    limit: Annotated[int | None, typer.Option(help="First N questions of each dataset.")
+                     ] = None,
+    top_k: Annotated[int, typer.Option(help="Passages per question.")] = 3,
+    dtype: Annotated[str | None, typer.Option(help="float32 / bfloat16 (default: fp32 on CPU)")
+                     ] = None,
+    batch_size: Annotated[int, typer.Option(help="Questions per model call.")] = 8,
+    run_dir: Annotated[Path | None, typer.Option(
+        help="Where the cache and manifest live (default runs/<model>).")] = None,
+    retrieval: Annotated[str, typer.Option(help="precomputed | bm25 | retriever")
+                         ] = "precomputed",
+    corpus: Annotated[Path | None, typer.Option(help="Corpus file for --retrieval bm25.")
+                      ] = None,
+    index: Annotated[Path | None, typer.Option(help="Saved BM25 index for --retrieval bm25.")
+                     ] = None,
+    retriever: Annotated[str | None, typer.Option(
+        help="module:factory returning an object with search(query, k) (e.g. Elasticsearch)."
+    )] = None,
+    noise_limit: Annotated[int, typer.Option(
+        help="Run the retrieval-noise experiment on the first N questions (0 = skip).")] = 0,
+    noise_levels: Annotated[str, typer.Option(
+        help="Comma-separated numbers of passages to replace (default 0..top-k).")] = "",
+    noise_seed: Annotated[int, typer.Option(help="Seed of the noise injection.")] = 42,
+    noise_corpus: Annotated[Path | None, typer.Option(
+        help="Random passages come from this corpus (default: the dataset's passages).")
+    ] = None,
+    device: Annotated[str | None, typer.Option(help="cpu / cuda (default: cuda if present)")
+                      ] = None,
+    report: Annotated[bool, typer.Option(help="Write RUN_DIR/report.md at the end.")] = True,
+) -> None:
+    """Evaluate Direct, BM25-RAG, TrustMargin, its ablations and the oracle (resumable)."""
+    from trustmargin_integrations.arbiter import TrustMargin
+    from trustmargin_integrations.config import TrustMarginConfig
+    from trustmargin_integrations.evaluation.rundir import open_store, record_dataset
+
+    if batch_size < 1:
+        raise typer.BadParameter("must be >= 1", param_hint="--batch-size")
+    data_dir = data_dir or (Path(os.environ[DATA_ENV]) if os.environ.get(DATA_ENV) else None)
+    run_dir = run_dir or Path("runs") / model.replace("/", "_")
+    tm = TrustMargin.from_pretrained(model, dtype=dtype, device=device,
+                                     config=TrustMarginConfig(top_k=top_k, batch_size=batch_size))
+    store = open_store(run_dir)
+    command = shlex.join(["trustmargin", *sys.argv[1:]])
+    for name in dataset:
+        all_examples = load_dataset(name, data_dir)
+        examples = all_examples[:limit] if limit else all_examples
+        source = _source(retrieval, name, data_dir, corpus, index, retriever)
+        typer.echo(f"{name}: {len(examples)} questions, {source.name} top-{top_k}, "
+                   f"model {tm.backend.model_id} ({model_dtype(tm)}), run dir {run_dir}")
+        records = run_eval(tm, examples, store, source=source, top_k=top_k,
+                           batch_size=batch_size)
+        info = {"model": tm.backend.model_id, "dtype": model_dtype(tm), "retrieval": source.name,
+                "top_k": top_k, "batch_size": batch_size, "command": command,
+                "first_id": examples[0].id, "last_id": examples[-1].id,
+                "host": f"{platform.machine()}, {os.cpu_count()} CPU cores"}
+        noise = []
+        noise_info = None
+        if noise_limit > 0:
+            levels = ([int(x) for x in noise_levels.split(",") if x.strip()] if noise_levels
+                      else list(range(top_k + 1)))
+            pool, pool_name = _noise_pool(all_examples, noise_corpus)
+            noise = run_noise(tm, records[:noise_limit], store, pool=pool, levels=levels,
+                              seed=noise_seed, top_k=top_k, batch_size=batch_size)
+            noise_info = {"seed": noise_seed, "levels": levels, "pool": pool_name,
+                          "n": min(noise_limit, len(records))}
+        record_dataset(run_dir, name, records, info, noise, noise_info)
+        typer.echo(f"{name}: {sum(r.computed for r in records)} computed, "
+                   f"{sum(not r.computed for r in records)} from cache")
+    if report:
+        from trustmargin_integrations.evaluation.report import build_report
+
+        typer.echo(f"report: {build_report(run_dir)}")
+
+
+def report_command(
+    run_dir: Annotated[Path, typer.Argument(help="A directory written by `trustmargin eval`.")],
+    out: Annotated[Path | None, typer.Option(help="Report file (default RUN_DIR/report.md).")
+                   ] = None,
+    title: Annotated[str | None, typer.Option(help="Report heading.")] = None,
+) -> None:
+    """Write the Markdown report (tables, diagnostics, PNG plots) of a run directory."""
+    from trustmargin_integrations.evaluation.report import build_report
+
+    typer.echo(f"report: {build_report(run_dir, out, title=title)}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``eval`` and ``report`` to the main ``trustmargin`` app."""
+    app.command("eval")(eval_command)
+    app.command("report")(report_command)
+
+
+def main() -> None:
+    """Stand-alone entry point: ``python -m trustmargin_integrations.evaluation.cli``."""
+    app = typer.Typer(no_args_is_help=True, add_completion=False)
+    register(app)
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,317 @@
+"""Benchmark loaders: local files by path, and documented downloaders for online machines.
+
+Two local formats are understood (both JSON lists):
+
+* question sets ``{test_id, question, answer}`` (``answer``: a string or a list of aliases),
+  e.g. the paper's 1000-question 2WikiMultihopQA / ComplexWebQuestions dev files;
+* question sets with precomputed passages ``{test_id, question, answer, passages[, type]}``,
+  e.g. PRAG's BM25 top-3 DPR-wiki passages.
+
+Named datasets (``cwq``, ``2wiki``) resolve to those files under a data directory laid out as
+``trustmargin/``, ``prag/`` and ``hipporag/`` (see :data:`NAMED_DATASETS`). Data is always read
+from where it lies; nothing is copied.
+
+The ``download_*`` functions fetch the same files (or the official releases) over HTTPS with
+``httpx`` when a machine is online. They are written and documented but were not run in the
+development sandbox, which has no internet access.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.schema import Passage
+
+
+@dataclass(frozen=True)
+class EvalExample:
+    """One benchmark question with its gold aliases and, when shipped, its passages."""
+
+    dataset: str
+    id: str
+    question: str
+    answers: tuple[str, ...]
+    passages: tuple[Passage, ...] | None = None
+    meta: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NamedDataset:
+    """Where a named dataset's files lie relative to the data directory."""
+
+    files: tuple[str, ...]
+    corpus: str | None
+    description: str
+
+
+NAMED_DATASETS: dict[str, NamedDataset] = {
+    "cwq": NamedDataset(
+        files=("prag/complexwebquestions_total.json",),
+        corpus=None,
+        description="ComplexWebQuestions dev test_id 0-199 with BM25 top-3 DPR-wiki passages",
+    ),
+    "2wiki": NamedDataset(
+        files=("prag/2wikimultihopqa_compositional.json", "prag/2wikimultihopqa_comparison.json"),
+        corpus="hipporag/2wikimultihopqa_corpus.json",
+        description="2WikiMultihopQA dev (compositional + comparison) with BM25 top-3 "
+                    "DPR-wiki passages",
+    ),
+    "cwq-1000": NamedDataset(
+        files=("trustmargin/complexwebquestions_dev.json",),
+        corpus=None,
+        description="the paper's 1000 ComplexWebQuestions dev questions (no passages)",
+    ),
+    "2wiki-1000": NamedDataset(
+        files=("trustmargin/2wikimultihopqa_dev.json",),
+        corpus="hipporag/2wikimultihopqa_corpus.json",
+        description="the paper's 1000 2WikiMultihopQA dev questions (no passages)",
+    ),
+}
+
+
+def _gold(record: dict[str, Any], where: str) -> tuple[str, ...]:
+    answer = record.get("answer", record.get("answers"))
+    if isinstance(answer, str):
+        aliases = [answer]
+    elif isinstance(answer, list) and all(isinstance(a, str) for a in answer):
+        aliases = list(answer)
+    else:
+        raise InvalidInputError(f"{where}.answer", "is not a string or a list of strings",
+                                "give the gold answer as text or a list of aliases")
+    aliases = [a for a in aliases if a.strip()]
+    if not aliases:
+        raise InvalidInputError(f"{where}.answer", "is empty", "give at least one gold alias")
+    return tuple(aliases)
+
+
+def _passages(record: dict[str, Any], where: str, ident: str) -> tuple[Passage, ...] | None:
+    raw = record.get("passages")
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise InvalidInputError(f"{where}.passages", "is not a list",
+                                "give passages as a list of strings or {title, text} objects")
+    out = []
+    for rank, item in enumerate(raw):
+        if isinstance(item, str):
+            title, text = "", item
+        elif isinstance(item, dict) and isinstance(item.get("text"), str):
+            title, text = str(item.get("title") or ""), item["text"]
+        else:
+            raise InvalidInputError(f"{where}.passages[{rank}]", "is not text",
+                                    "give a string or a {title, text} object")
+        if text.strip():
+            out.append(Passage(id=f"{ident}#{rank}", title=title, text=text.strip(),
+                               metadata={"rank": rank}))
+    return tuple(out)
+
+
+def load_examples(path: str | Path, dataset: str | None = None) -> list[EvalExample]:
+    """Read one question file (with or without ``passages``), in file order."""
+    file = Path(path)
+    if not file.is_file():
+        raise InvalidInputError("dataset", f"file {file} does not exist",
+                                "pass the path of a JSON question file or a named dataset")
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InvalidInputError(str(file), f"is not valid JSON ({exc.msg})",
+                                "give a JSON list of {test_id, question, answer} records"
+                                ) from exc
+    if not isinstance(data, list):
+        raise InvalidInputError(str(file), "is not a JSON list",
+                                "give a JSON list of {test_id, question, answer} records")
+    name = dataset or file.stem
+    out = []
+    for i, rec in enumerate(data):
+        where = f"{file.name}[{i}]"
+        if not isinstance(rec, dict) or not isinstance(rec.get("question"), str):
+            raise InvalidInputError(f"{where}.question", "is missing or not a string",
+                                    "give every record a 'question' string")
+        ident = str(rec.get("test_id", rec.get("_id", rec.get("id", i))))
+        meta = {"type": str(rec["type"])} if "type" in rec else {}
+        out.append(EvalExample(dataset=name, id=ident, question=rec["question"].strip(),
+                               answers=_gold(rec, where), passages=_passages(rec, where, ident),
+                               meta=meta))
+    return out
+
+
+def _id_key(example: EvalExample) -> tuple[int, str]:
+    return (int(example.id), "") if example.id.isdigit() else (1 << 62, example.id)
+
+
+def load_named(name: str, data_dir: str | Path) -> list[EvalExample]:
+    """Load a named dataset (see :data:`NAMED_DATASETS`) from ``data_dir``, sorted by id."""
+    spec = NAMED_DATASETS.get(name)
+    if spec is None:
+        raise InvalidInputError("dataset", f"unknown dataset name {name!r}",
+                                f"use one of {sorted(NAMED_DATASETS)} or a path to a JSON file")
+    root = Path(data_dir)
+    examples: list[EvalExample] = []
+    for rel in spec.files:
+        if not (root / rel).is_file():
+            raise InvalidInputError("data_dir", f"{root / rel} does not exist",
+                                    "point --data-dir at the folder holding trustmargin/, prag/ "
+                                    "and hipporag/, or download the files (see docs)")
+        examples.extend(load_examples(root / rel, dataset=name))
+    seen: set[str] = set()
+    unique = [e for e in sorted(examples, key=_id_key) if not (e.id in seen or seen.add(e.id))]
+    return unique
+
+
+def load_dataset(name_or_path: str, data_dir: str | Path | None = None) -> list[EvalExample]:
+    """A named dataset under ``data_dir``, or a question file given by path."""
+    if name_or_path in NAMED_DATASETS:
+        if data_dir is None:
+            raise InvalidInputError("data_dir", "is required for a named dataset",
+                                    "pass --data-dir (the folder with trustmargin/ and prag/)")
+        return load_named(name_or_path, data_dir)
+    return load_examples(name_or_path)
+
+
+def corpus_path(name: str, data_dir: str | Path) -> Path | None:
+    """The paragraph corpus that goes with a named dataset, when one exists."""
+    spec = NAMED_DATASETS.get(name)
+    return Path(data_dir) / spec.corpus if spec and spec.corpus else None
+
+
+def passage_pool(examples: Sequence[EvalExample]) -> list[Passage]:
+    """All distinct shipped passages of a dataset: a pool of real text for noise injection."""
+    seen: set[str] = set()
+    pool = []
+    for ex in examples:
+        for p in ex.passages or ():
+            if p.text not in seen:
+                seen.add(p.text)
+                pool.append(p)
+    return pool
+
+
+# -- downloads (need internet; not exercised in the sandbox) -------------------------------
+
+TRUSTMARGIN_COMMIT = "c32b1143e6a9a7e9eac7e885dd32da51b345702a"
+PRAG_COMMIT = "ef0a6e9e38e2e7457ba4e400e3f3258ea5900773"
+HIPPORAG_COMMIT = "c617143f01477243992a63b2e2151cc003dd3b21"
+_RAW = "https://raw.githubusercontent.com"
+
+DOWNLOADS: dict[str, str] = {
+    "trustmargin/2wikimultihopqa_dev.json":
+        f"{_RAW}/mojixu/TrustMargin/{TRUSTMARGIN_COMMIT}/data/2wikimultihopqa/dev.json",
+    "trustmargin/complexwebquestions_dev.json":
+        f"{_RAW}/mojixu/TrustMargin/{TRUSTMARGIN_COMMIT}/data/complexwebquestions/dev.json",
+    "prag/complexwebquestions_total.json":
+        f"{_RAW}/alpassss/PRAG/{PRAG_COMMIT}/data_aug/complexwebquestions/"
+        "llama3.2-1b-instruct/total.json",
+    "prag/2wikimultihopqa_compositional.json":
+        f"{_RAW}/alpassss/PRAG/{PRAG_COMMIT}/data_aug/2wikimultihopqa/"
+        "llama3.2-1b-instruct/compositional.json",
+    "prag/2wikimultihopqa_comparison.json":
+        f"{_RAW}/alpassss/PRAG/{PRAG_COMMIT}/data_aug/2wikimultihopqa/"
+        "llama3.2-1b-instruct/comparison.json",
+    "hipporag/2wikimultihopqa_corpus.json":
+        f"{_RAW}/OSU-NLP-Group/HippoRAG/{HIPPORAG_COMMIT}/reproduce/dataset/"
+        "2wikimultihopqa_corpus.json",
+}
+
+# The official releases, as linked from the datasets' own READMEs.
+OFFICIAL_2WIKI_ZIP = "https://www.dropbox.com/s/ms2m13252h6xubs/data_ids_april7.zip?dl=1"
+OFFICIAL_CWQ_FOLDER = "https://www.dropbox.com/sh/7pkwkrfnwqhsnpo/AACuu4v3YNkhirzBOeeaHYala?dl=1"
+
+
+def _fetch(url: str, timeout: float = 120.0) -> bytes:
+    import httpx
+
+    response = httpx.get(url, follow_redirects=True, timeout=timeout)
+    response.raise_for_status()
+    return response.content
+
+
+def _keep_fields(records: list[dict[str, Any]], test_type: str | None) -> list[dict[str, Any]]:
+    """PRAG's augmented records hold more than evaluation needs; keep the shared fields."""
+    out = []
+    for i, rec in enumerate(records):
+        kept = {"test_id": rec.get("test_id", i), "question": rec["question"],
+                "answer": rec.get("answer", rec.get("answers"))}
+        if "passages" in rec:
+            kept["passages"] = rec["passages"]
+        if test_type:
+            kept["type"] = test_type
+        out.append(kept)
+    return out
+
+
+def download_data_dir(dest: str | Path, *, overwrite: bool = False) -> Path:
+    """Recreate the data directory used by the named datasets (GitHub raw files, pinned commits).
+
+    Writes ``trustmargin/``, ``prag/`` and ``hipporag/`` under ``dest`` and returns it. Needs
+    internet access; not run in the sandbox this package was developed in.
+    """
+    root = Path(dest)
+    for rel, url in DOWNLOADS.items():
+        target = root / rel
+        if target.exists() and not overwrite:
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        records = json.loads(_fetch(url))
+        if rel.startswith("prag/"):
+            records = _keep_fields(records, Path(url).stem)
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(json.dumps(records, ensure_ascii=False), encoding="utf-8")
+        tmp.replace(target)
+    return root
+
+
+def download_official_2wiki(dest: str | Path, limit: int | None = 1000) -> Path:
+    """The official 2WikiMultihopQA dev set as ``{test_id, question, answer, type}`` JSON.
+
+    ``test_id`` is the position in the official ``dev.json`` (the paper uses the first 1000).
+    Needs internet access; not run in the sandbox.
+    """
+    archive = zipfile.ZipFile(io.BytesIO(_fetch(OFFICIAL_2WIKI_ZIP, timeout=600.0)))
+    name = next(n for n in archive.namelist() if n.endswith("dev.json"))
+    records = json.loads(archive.read(name))[:limit]
+    out = [{"test_id": i, "question": r["question"], "answer": r["answer"], "type": r["type"]}
+           for i, r in enumerate(records)]
+    target = Path(dest)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(out, ensure_ascii=False), encoding="utf-8")
+    return target
+
+
+def download_official_cwq(dest: str | Path, limit: int | None = 1000) -> Path:
+    """The official ComplexWebQuestions dev set as ``{test_id, question, answer}`` JSON.
+
+    Gold aliases are every answer's ``answer`` plus its ``aliases``. Needs internet access;
+    not run in the sandbox.
+    """
+    archive = zipfile.ZipFile(io.BytesIO(_fetch(OFFICIAL_CWQ_FOLDER, timeout=600.0)))
+    name = next(n for n in archive.namelist() if n.endswith("ComplexWebQuestions_dev.json"))
+    records = json.loads(archive.read(name))[:limit]
+    out = []
+    for i, r in enumerate(records):
+        aliases: list[str] = []
+        for a in r.get("answers", []):
+            aliases.extend([a.get("answer", ""), *a.get("aliases", [])])
+        out.append({"test_id": i, "question": r["question"],
+                    "answer": [a for a in dict.fromkeys(aliases) if a]})
+    target = Path(dest)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(out, ensure_ascii=False), encoding="utf-8")
+    return target
+
+
+def sha256_of(path: str | Path) -> str:
+    """Hex sha256 of a file (to record which data a run used)."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -1,0 +1,305 @@
+"""Tables and diagnostics replayed from cached Decisions (no model calls).
+
+Every method of the paper's tables chooses between the same two cached candidates, so it is a
+pure function of the cached likelihoods:
+
+* ``direct`` / ``rag``: always one source;
+* ``trustmargin``: ``M = M_prior + lambda * M_bind > tau``;
+* ``no_prior`` (w/o M_prior): ``lambda * M_bind > tau``; ``no_bind`` (w/o M_bind):
+  ``M_prior > tau``;
+* ``oracle``: the better candidate by the gold answer (max F1, max EM).
+
+Dataset averages follow the paper: the arithmetic mean of the per-dataset numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from statistics import mean, median
+from typing import Literal
+
+from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.evaluation.metrics import exact_match, mean_x100, token_f1
+from trustmargin_integrations.evaluation.runner import EvalRecord, NoiseRecord
+from trustmargin_integrations.margins import prefers_rag
+from trustmargin_integrations.schema import Decision
+
+Choice = Literal["direct", "rag"]
+Variant = Literal["full", "no_prior", "no_bind"]
+METHODS: tuple[str, ...] = ("direct", "rag", "trustmargin", "no_prior", "no_bind", "oracle")
+METHOD_LABELS: dict[str, str] = {
+    "direct": "Direct",
+    "rag": "BM25-RAG",
+    "trustmargin": "TrustMargin",
+    "no_prior": "TrustMargin w/o M_prior",
+    "no_bind": "TrustMargin w/o M_bind",
+    "oracle": "Oracle(Direct, RAG)",
+}
+DEFAULT_LAMBDA = 0.5
+DEFAULT_TAU = -1.5
+GRID_LAMBDAS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
+GRID_TAUS: tuple[float, ...] = (-3.0, -2.5, -2.0, -1.5, -1.0, -0.5, 0.0, 0.5)
+
+
+def replay_choice(
+    decision: Decision,
+    lambda_bind: float = DEFAULT_LAMBDA,
+    tau: float = DEFAULT_TAU,
+    variant: Variant = "full",
+) -> Choice:
+    """The source the rule picks for a cached decision under other hyper-parameters.
+
+    Cases the arbiter settled without scores (a blank candidate, or both answers equal after
+    normalization) keep their outcome: no hyper-parameter can change them.
+    """
+    if decision.reason in ("both_answers_blank", "rag_answer_blank"):
+        return "direct"
+    if decision.reason in ("direct_answer_blank", "answers_agree"):
+        return "rag"
+    if decision.m_prior is None or decision.m_bind is None:
+        raise InvalidInputError("decision", f"{decision.id} has no margins to replay",
+                                "re-run the evaluation; the cache entry is incomplete")
+    if variant == "full":
+        m = decision.m_prior + lambda_bind * decision.m_bind
+    elif variant == "no_prior":
+        m = lambda_bind * decision.m_bind
+    elif variant == "no_bind":
+        m = decision.m_prior
+    else:
+        raise InvalidInputError("variant", f"unknown variant {variant!r}",
+                                "use 'full', 'no_prior' or 'no_bind'")
+    return "rag" if prefers_rag(m, tau) else "direct"
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One example's candidate scores against gold (0..1) and its cached decision."""
+
+    f1_direct: float
+    f1_rag: float
+    em_direct: float
+    em_rag: float
+    decision: Decision
+
+    def f1(self, choice: Choice) -> float:
+        """F1 of the chosen candidate."""
+        return self.f1_rag if choice == "rag" else self.f1_direct
+
+    def em(self, choice: Choice) -> float:
+        """EM of the chosen candidate."""
+        return self.em_rag if choice == "rag" else self.em_direct
+
+
+def score_decision(decision: Decision, gold: Sequence[str]) -> Scored:
+    """Score both candidates of one decision against the gold aliases."""
+    return Scored(token_f1(decision.direct_answer, gold), token_f1(decision.rag_answer, gold),
+                  exact_match(decision.direct_answer, gold),
+                  exact_match(decision.rag_answer, gold), decision)
+
+
+def score_records(records: Sequence[EvalRecord]) -> list[Scored]:
+    """Score every record's two candidates once; methods then only pick a side."""
+    return [score_decision(r.decision, r.example.answers) for r in records]
+
+
+def method_scores(
+    scored: Sequence[Scored], lambda_bind: float = DEFAULT_LAMBDA, tau: float = DEFAULT_TAU
+) -> dict[str, tuple[float, float]]:
+    """(F1, EM) x100 of every method in :data:`METHODS`."""
+    out: dict[str, tuple[float, float]] = {}
+    for method in METHODS:
+        f1s, ems = [], []
+        for s in scored:
+            if method == "oracle":
+                f1s.append(max(s.f1_direct, s.f1_rag))
+                ems.append(max(s.em_direct, s.em_rag))
+                continue
+            if method in ("direct", "rag"):
+                choice: Choice = "direct" if method == "direct" else "rag"
+            else:
+                variant: Variant = "full" if method == "trustmargin" else method  # type: ignore[assignment]
+                choice = replay_choice(s.decision, lambda_bind, tau, variant)
+            f1s.append(s.f1(choice))
+            ems.append(s.em(choice))
+        out[method] = (mean_x100(f1s), mean_x100(ems))
+    return out
+
+
+def average_rows(rows: Mapping[str, Mapping[str, tuple[float, float]]]
+                 ) -> dict[str, tuple[float, float]]:
+    """Arithmetic mean over datasets of per-dataset (F1, EM) rows."""
+    names = list(rows)
+    methods = list(rows[names[0]])
+    return {m: (mean(rows[n][m][0] for n in names), mean(rows[n][m][1] for n in names))
+            for m in methods}
+
+
+@dataclass(frozen=True)
+class ArbitrationDiagnostics:
+    """The paper's "Source-arbitration diagnostics" row for one dataset."""
+
+    oracle_gap_f1: float
+    oracle_gap_em: float
+    gap_closed_f1: float | None
+    gap_closed_em: float | None
+    d_better_to_d: float | None
+    r_better_to_r: float | None
+    n_d_better: int
+    n_r_better: int
+    rag_selection_rate: float
+    n: int
+
+
+def _closed(method: float, best: float, oracle: float) -> float | None:
+    gap = oracle - best
+    return 100.0 * (method - best) / gap if gap > 1e-12 else None
+
+
+def arbitration_diagnostics(
+    scored: Sequence[Scored], lambda_bind: float = DEFAULT_LAMBDA, tau: float = DEFAULT_TAU
+) -> ArbitrationDiagnostics:
+    """Oracle gap, gap closed, and source-selection rates on strict (F1) disagreements."""
+    table = method_scores(scored, lambda_bind, tau)
+    best_f1 = max(table["direct"][0], table["rag"][0])
+    best_em = max(table["direct"][1], table["rag"][1])
+    d_better = [s for s in scored if s.f1_direct > s.f1_rag]
+    r_better = [s for s in scored if s.f1_rag > s.f1_direct]
+    picks = [replay_choice(s.decision, lambda_bind, tau) for s in scored]
+
+    def rate(cases: Sequence[Scored], want: Choice) -> float | None:
+        if not cases:
+            return None
+        hits = sum(replay_choice(s.decision, lambda_bind, tau) == want for s in cases)
+        return 100.0 * hits / len(cases)
+
+    return ArbitrationDiagnostics(
+        oracle_gap_f1=table["oracle"][0] - best_f1,
+        oracle_gap_em=table["oracle"][1] - best_em,
+        gap_closed_f1=_closed(table["trustmargin"][0], best_f1, table["oracle"][0]),
+        gap_closed_em=_closed(table["trustmargin"][1], best_em, table["oracle"][1]),
+        d_better_to_d=rate(d_better, "direct"),
+        r_better_to_r=rate(r_better, "rag"),
+        n_d_better=len(d_better),
+        n_r_better=len(r_better),
+        rag_selection_rate=100.0 * picks.count("rag") / len(picks) if picks else 0.0,
+        n=len(scored),
+    )
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """Available vs realized oracle F1 gain on one side's favored cases (F1 points, x100).
+
+    Gains are summed over the favored cases and divided by the dataset size, so they read as
+    contributions to the dataset's F1: ``available`` is what perfect selection adds over
+    always picking the other source, ``realized`` what TrustMargin adds.
+    """
+
+    n_cases: int
+    available: float
+    realized: float
+
+    @property
+    def ratio(self) -> float | None:
+        """Realized / available (None when nothing was available)."""
+        return self.realized / self.available if self.available > 1e-12 else None
+
+
+def disagreement_recovery(
+    scored: Sequence[Scored], lambda_bind: float = DEFAULT_LAMBDA, tau: float = DEFAULT_TAU
+) -> dict[str, Recovery]:
+    """Recovery on Direct-favored and RAG-favored disagreement cases."""
+    n = max(len(scored), 1)
+    out = {}
+    for side, other in (("direct", "rag"), ("rag", "direct")):
+        cases = [s for s in scored
+                 if s.f1(side) > s.f1(other)]  # type: ignore[arg-type]
+        available = sum(s.f1(side) - s.f1(other) for s in cases)  # type: ignore[arg-type]
+        realized = sum(s.f1(replay_choice(s.decision, lambda_bind, tau)) - s.f1(other)  # type: ignore[arg-type]
+                       for s in cases)
+        out[f"{side}_favored"] = Recovery(len(cases), 100.0 * available / n,
+                                          100.0 * realized / n)
+    return out
+
+
+def hyperparameter_grid(
+    scored_by_dataset: Mapping[str, Sequence[Scored]],
+    lambdas: Sequence[float] = GRID_LAMBDAS,
+    taus: Sequence[float] = GRID_TAUS,
+) -> list[list[float]]:
+    """Average F1 over datasets for each (lambda, tau); rows follow ``lambdas``."""
+    grid = []
+    for lam in lambdas:
+        row = []
+        for tau in taus:
+            row.append(mean(method_scores(s, lam, tau)["trustmargin"][0]
+                            for s in scored_by_dataset.values()))
+        grid.append(row)
+    return grid
+
+
+@dataclass(frozen=True)
+class NoiseLevel:
+    """Outcome of one corruption level over the noise subset."""
+
+    n_replaced: int
+    n: int
+    n_disagree: int
+    rag_selection_rate: float | None  # on disagreements (answers differ after normalization)
+    f1_direct: float
+    f1_rag: float
+    f1_trustmargin: float
+
+
+def noise_summary(
+    noise: Sequence[NoiseRecord], lambda_bind: float = DEFAULT_LAMBDA, tau: float = DEFAULT_TAU
+) -> list[NoiseLevel]:
+    """Per corruption level: RAG-selection rate and F1 of Direct, RAG and TrustMargin."""
+    levels = sorted({n.n_replaced for n in noise})
+    out = []
+    for level in levels:
+        items = [n for n in noise if n.n_replaced == level]
+        scored = [score_decision(n.decision, n.example.answers) for n in items]
+        disagree = [s for s in scored if s.decision.reason != "answers_agree"]
+        picks = [replay_choice(s.decision, lambda_bind, tau) for s in disagree]
+        table = method_scores(scored, lambda_bind, tau)
+        out.append(NoiseLevel(
+            n_replaced=level, n=len(items), n_disagree=len(disagree),
+            rag_selection_rate=100.0 * picks.count("rag") / len(picks) if picks else None,
+            f1_direct=table["direct"][0], f1_rag=table["rag"][0],
+            f1_trustmargin=table["trustmargin"][0]))
+    return out
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Mean (and median) seconds per query on this machine, from the cached timings."""
+
+    direct_s: float
+    rag_s: float
+    trustmargin_s: float
+    scoring_s: float
+    median_trustmargin_s: float
+    n: int
+
+    @property
+    def relative_to_direct_plus_rag(self) -> float:
+        """TrustMargin's cost divided by the cost of producing both candidates."""
+        both = self.direct_s + self.rag_s
+        return self.trustmargin_s / both if both > 0 else float("nan")
+
+
+def latency(records: Sequence[EvalRecord]) -> Latency:
+    """Per-query latency of Direct, BM25-RAG (retrieval + generation) and TrustMargin.
+
+    Timings are per-question shares of batched model calls, measured while the run happened
+    (only records computed in that run carry real timings; cached ones keep theirs).
+    """
+    if not records:
+        raise InvalidInputError("records", "is empty", "evaluate at least one example")
+    direct = [r.decision.timings.generate_direct_s for r in records]
+    rag = [r.retrieval_s + r.decision.timings.generate_rag_s for r in records]
+    tm = [r.retrieval_s + r.decision.timings.total_s for r in records]
+    scoring = [r.decision.timings.scoring_s for r in records]
+    return Latency(mean(direct), mean(rag), mean(tm), mean(scoring), median(tm), len(records))

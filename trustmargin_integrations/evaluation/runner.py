@@ -1,0 +1,322 @@
+"""The resumable evaluation loop: examples -> passages -> TrustMargin (cached) -> records.
+
+One pass computes everything the paper's tables need, per example and once: the Direct and
+RAG candidates, the six log-likelihoods and timings, all inside the :class:`Decision` that
+``TrustMargin.arbitrate_batch`` returns. Each finished batch is appended to a
+:class:`~.store.ResultStore` before the next starts, so a killed run resumes where it stopped.
+Every method of the tables (Direct, BM25-RAG, TrustMargin, both ablations, the oracle) and the
+lambda x tau grid are then replayed from those cached records without the model.
+
+Passages come from one of three sources: the passages shipped with a dataset
+(:class:`PrecomputedPassages`), the embedded BM25 index, or any object with
+``search(query, k) -> list[Passage]`` such as an Elasticsearch retriever
+(both through :class:`RetrieverPassages`).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from tqdm.auto import tqdm
+
+from trustmargin_integrations.arbiter import TrustMargin
+from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.evaluation.datasets import EvalExample
+from trustmargin_integrations.evaluation.store import ResultStore, cache_key
+from trustmargin_integrations.prompts import PROMPT_VERSION
+from trustmargin_integrations.retrieval.base import Retriever
+from trustmargin_integrations.schema import Decision, Passage
+
+
+class PassageSource(Protocol):
+    """Gives the top-k passages of each example and the seconds spent per example."""
+
+    name: str
+
+    def fetch(self, examples: Sequence[EvalExample], k: int) -> list[tuple[list[Passage], float]]:
+        """Passages (best first) and retrieval seconds for each example, in order."""
+        ...
+
+
+class PrecomputedPassages:
+    """Mode (a): the passages shipped with the dataset, cut to the first ``k``."""
+
+    name = "precomputed"
+
+    def fetch(self, examples: Sequence[EvalExample], k: int) -> list[tuple[list[Passage], float]]:
+        """The first ``k`` shipped passages of each example (no retrieval time)."""
+        out = []
+        for ex in examples:
+            if not ex.passages:
+                raise InvalidInputError(f"{ex.dataset}[{ex.id}].passages", "are missing",
+                                        "use --retrieval bm25 with --corpus, or a dataset that "
+                                        "ships passages")
+            out.append((list(ex.passages[:k]), 0.0))
+        return out
+
+
+class RetrieverPassages:
+    """Modes (b) and (c): search a retriever (BM25Index, Elasticsearch, ...) per question."""
+
+    def __init__(self, retriever: Retriever, name: str = "retriever") -> None:
+        if not callable(getattr(retriever, "search", None)):
+            raise InvalidInputError("retriever", "has no search(query, k) method",
+                                    "pass a BM25Index or any object with search(query, k)")
+        self.retriever = retriever
+        self.name = name
+
+    def fetch(self, examples: Sequence[EvalExample], k: int) -> list[tuple[list[Passage], float]]:
+        """Search each question; time is measured per query."""
+        out = []
+        for ex in examples:
+            start = time.perf_counter()
+            hits = list(self.retriever.search(ex.question, k))
+            out.append((hits, time.perf_counter() - start))
+        return out
+
+
+@dataclass(frozen=True)
+class EvalRecord:
+    """One evaluated example: its inputs, the cached Decision and the retrieval time."""
+
+    example: EvalExample
+    key: str
+    passages: tuple[str, ...]
+    decision: Decision
+    retrieval_s: float
+    computed: bool  # False when it came from the cache
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What, besides model, prompts, passages and question, determines cached results."""
+
+    top_k: int
+    dtype: str
+    retrieval: str
+    max_new_tokens: int
+    max_context_tokens: int
+    skip_scoring_when_agree: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain mapping (part of the cache key)."""
+        return dict(self.__dict__)
+
+
+def model_dtype(tm: TrustMargin) -> str:
+    """The dtype the backend's model runs in (``"unknown"`` for remote backends)."""
+    model = getattr(tm.backend, "model", None)
+    dtype = getattr(model, "dtype", None)
+    return str(dtype).removeprefix("torch.") if dtype is not None else "unknown"
+
+
+def settings_for(tm: TrustMargin, *, top_k: int, dtype: str | None, retrieval: str
+                 ) -> RunSettings:
+    """The key-relevant settings of a run with ``tm`` (dtype defaults to the model's)."""
+    cfg = tm.config
+    return RunSettings(top_k=top_k, dtype=dtype or model_dtype(tm), retrieval=retrieval,
+                       max_new_tokens=cfg.max_new_tokens,
+                       max_context_tokens=cfg.max_context_tokens,
+                       skip_scoring_when_agree=cfg.skip_scoring_when_agree)
+
+
+@dataclass
+class _Pending:
+    index: int
+    example: EvalExample
+    key: str
+    passages: list[str]
+    retrieval_s: float
+    direct_answer: str | None
+
+
+ChunkCallback = Callable[[int, int], None]
+
+
+def _key(tm: TrustMargin, settings: RunSettings, question: str, passages: Sequence[str],
+         direct_answer: str | None) -> str:
+    return cache_key(model_id=tm.backend.model_id, prompt_version=PROMPT_VERSION,
+                     question=question, passages=passages, settings=settings.as_dict(),
+                     direct_answer=direct_answer)
+
+
+def _run_pending(
+    tm: TrustMargin,
+    store: ResultStore,
+    pending: list[_Pending],
+    *,
+    batch_size: int,
+    bar: tqdm,
+    on_chunk: ChunkCallback | None,
+) -> None:
+    # Length-sorted chunks keep padding small; each chunk is durable before the next starts.
+    pending.sort(key=lambda p: len(p.example.question) + sum(len(t) for t in p.passages))
+    for start in range(0, len(pending), batch_size):
+        chunk = pending[start:start + batch_size]
+        decisions = tm.arbitrate_batch([
+            {"question": p.example.question, "passages": p.passages,
+             "direct_answer": p.direct_answer, "id": f"{p.example.dataset}:{p.example.id}"}
+            for p in chunk
+        ])
+        for p, decision in zip(chunk, decisions, strict=True):
+            store.put(p.key, {"decision": decision.model_dump(mode="json"),
+                              "retrieval_s": p.retrieval_s})
+        bar.update(len(chunk))
+        if on_chunk is not None:
+            on_chunk(start + len(chunk), len(pending))
+
+
+def run_eval(
+    tm: TrustMargin,
+    examples: Sequence[EvalExample],
+    store: ResultStore,
+    *,
+    source: PassageSource,
+    top_k: int,
+    dtype: str | None = None,
+    batch_size: int | None = None,
+    progress: bool = True,
+    on_chunk: ChunkCallback | None = None,
+) -> list[EvalRecord]:
+    """Evaluate ``examples`` with ``tm``, computing only what the store does not hold yet.
+
+    Args:
+        tm: the arbiter (its backend generates and scores; its config sets the budgets).
+        examples: questions with gold answers.
+        store: the run's cache; finished examples are read from it, new ones appended.
+        source: where passages come from (precomputed, BM25, Elasticsearch, ...).
+        top_k: passages per question.
+        dtype: the dtype name recorded in the cache key (default: the model's).
+        batch_size: questions per model call (defaults to ``tm.config.batch_size``).
+        progress: show a progress bar with ETA.
+        on_chunk: called after each durable batch with (done, total pending).
+
+    Returns:
+        One :class:`EvalRecord` per example, in input order.
+    """
+    if top_k < 1:
+        raise InvalidInputError("top_k", f"must be >= 1, got {top_k}", "use --top-k 1 or more")
+    settings = settings_for(tm, top_k=top_k, dtype=dtype, retrieval=source.name)
+    fetched = source.fetch(examples, top_k)
+    keyed = []
+    for i, (ex, (passages, seconds)) in enumerate(zip(examples, fetched, strict=True)):
+        texts = [p.as_context() for p in passages]
+        if not texts:
+            raise InvalidInputError(f"{ex.dataset}[{ex.id}]", "retrieval returned no passages",
+                                    "check the corpus/index or use precomputed passages")
+        keyed.append(_Pending(i, ex, _key(tm, settings, ex.question, texts, None), texts,
+                              seconds, None))
+    pending = [p for p in keyed if p.key not in store]
+    bar = tqdm(total=len(keyed), initial=len(keyed) - len(pending), desc="eval", unit="q",
+               disable=not progress, dynamic_ncols=True)
+    try:
+        _run_pending(tm, store, list(pending), batch_size=batch_size or tm.config.batch_size,
+                     bar=bar, on_chunk=on_chunk)
+    finally:
+        bar.close()
+    computed = {p.key for p in pending}
+    return [_record(store, p, p.key in computed) for p in keyed]
+
+
+def _record(store: ResultStore, p: _Pending, computed: bool) -> EvalRecord:
+    value = store.get(p.key)
+    if value is None:  # only possible if the store was changed underneath us
+        raise RuntimeError(f"result for {p.example.dataset}:{p.example.id} missing from store")
+    return EvalRecord(example=p.example, key=p.key, passages=tuple(p.passages),
+                      decision=Decision.model_validate(value["decision"]),
+                      retrieval_s=float(value.get("retrieval_s", 0.0)), computed=computed)
+
+
+# -- retrieval-noise robustness ------------------------------------------------------------
+
+
+def inject_noise(
+    passages: Sequence[str], pool: Sequence[str], n_replace: int, *, seed: int, example_id: str
+) -> list[str]:
+    """Replace ``n_replace`` of ``passages`` (seeded positions) with random pool passages.
+
+    Deterministic for a given (seed, example_id, n_replace); replacements never repeat a
+    passage already in the list.
+    """
+    if not 0 <= n_replace <= len(passages):
+        raise InvalidInputError("n_replace", f"must be in 0..{len(passages)}, got {n_replace}",
+                                "replace at most as many passages as were retrieved")
+    rng = random.Random(f"{seed}:{example_id}:{n_replace}")
+    present = set(passages)
+    candidates = [p for p in pool if p not in present]
+    if len(candidates) < n_replace:
+        raise InvalidInputError("pool", f"has only {len(candidates)} usable passages",
+                                "give a larger noise corpus")
+    positions = sorted(rng.sample(range(len(passages)), n_replace))
+    replacements = rng.sample(candidates, n_replace)
+    out = list(passages)
+    for pos, text in zip(positions, replacements, strict=True):
+        out[pos] = text
+    return out
+
+
+@dataclass(frozen=True)
+class NoiseRecord:
+    """One example at one corruption level: the arbitration with the fixed Direct answer."""
+
+    example: EvalExample
+    n_replaced: int
+    decision: Decision
+    key: str  # cache key (the main run's key at level 0)
+
+
+def run_noise(
+    tm: TrustMargin,
+    records: Sequence[EvalRecord],
+    store: ResultStore,
+    *,
+    pool: Sequence[str],
+    levels: Sequence[int],
+    seed: int,
+    top_k: int,
+    dtype: str | None = None,
+    batch_size: int | None = None,
+    progress: bool = True,
+) -> list[NoiseRecord]:
+    """Corrupt the passages of ``records`` at each level and re-run RAG generation + scoring.
+
+    The Direct answer is held fixed (it never sees passages); level 0 reuses the main run's
+    records. Results are cached like the main run, so this is resumable too.
+    """
+    settings = settings_for(tm, top_k=top_k, dtype=dtype, retrieval="noise")
+    out: list[NoiseRecord] = []
+    pending: list[_Pending] = []
+    planned: list[tuple[EvalRecord, int, str]] = []
+    for level in levels:
+        for rec in records:
+            if level == 0:
+                planned.append((rec, 0, rec.key))
+                continue
+            noisy = inject_noise(rec.passages, pool, min(level, len(rec.passages)), seed=seed,
+                                 example_id=f"{rec.example.dataset}:{rec.example.id}")
+            direct = rec.decision.direct_answer
+            key = _key(tm, settings, rec.example.question, noisy, direct)
+            planned.append((rec, level, key))
+            if key not in store and all(p.key != key for p in pending):
+                pending.append(_Pending(len(pending), rec.example, key, noisy, 0.0, direct))
+    bar = tqdm(total=len(pending), desc="noise", unit="q", disable=not progress,
+               dynamic_ncols=True)
+    try:
+        _run_pending(tm, store, pending, batch_size=batch_size or tm.config.batch_size, bar=bar,
+                     on_chunk=None)
+    finally:
+        bar.close()
+    for rec, level, key in planned:
+        if level == 0:
+            out.append(NoiseRecord(rec.example, 0, rec.decision, key))
+            continue
+        value = store.get(key)
+        if value is None:
+            raise RuntimeError(f"noise result for {rec.example.id} missing from store")
+        out.append(NoiseRecord(rec.example, level, Decision.model_validate(value["decision"]),
+                               key))
+    return out

@@ -1,0 +1,132 @@
+"""An append-only, crash-safe JSONL cache of per-example results.
+
+Every line is one self-checking record ``{"key", "sha", "value"}``: ``sha`` is the sha256 of
+the canonical JSON of ``value``. A run killed mid-write leaves at most one torn last line; it
+fails to parse (or fails its checksum) and is ignored, and the next append starts on a fresh
+line, so nothing already written is ever rewritten. The newest valid record of a key wins.
+
+Keys are content hashes (:func:`cache_key`) of everything that determines a result: model,
+prompt version, code version, generation settings, question, passages and any given
+candidate answers. Changing any of them yields a new key, so stale entries are never reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from trustmargin_integrations.errors import InvalidInputError
+
+# Part of every cache key. Bump it when a change to candidate generation, answer cleaning or
+# scoring alters cached values, so old entries stop matching. (Deliberately not the package
+# version: reinstalling the package must not throw away hours of cached results.)
+CODE_VERSION = "trustmargin-eval-1"
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def cache_key(
+    *,
+    model_id: str,
+    prompt_version: str,
+    question: str,
+    passages: Sequence[str],
+    settings: Mapping[str, Any],
+    direct_answer: str | None = None,
+    rag_answer: str | None = None,
+    code_version: str = CODE_VERSION,
+) -> str:
+    """Content hash of one example's inputs (hex sha256).
+
+    ``settings`` holds whatever else changes the result (dtype, context budget, generation
+    length, ...). Hyper-parameters of the decision rule (lambda, tau) are deliberately left
+    out: decisions are replayed from the cached likelihoods.
+    """
+    payload = {
+        "model_id": model_id,
+        "prompt_version": prompt_version,
+        "code_version": code_version,
+        "settings": dict(settings),
+        "question": question,
+        "passages": list(passages),
+        "direct_answer": direct_answer,
+        "rag_answer": rag_answer,
+    }
+    return hashlib.sha256(_canonical(payload).encode("utf-8")).hexdigest()
+
+
+class ResultStore:
+    """Append-only JSONL store: ``put`` once per computed example, ``get`` on resume.
+
+    Args:
+        path: the JSONL file (created with its parent folder when missing).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._values: dict[str, dict[str, Any]] = {}
+        self.skipped_lines = 0
+        self._load()
+
+    def _load(self) -> None:
+        if not self.path.exists():
+            return
+        with self.path.open("r", encoding="utf-8") as handle:
+            for line in handle:
+                record = self._parse(line)
+                if record is None:
+                    if line.strip():
+                        self.skipped_lines += 1
+                    continue
+                self._values[record["key"]] = record["value"]
+
+    @staticmethod
+    def _parse(line: str) -> dict[str, Any] | None:
+        if not line.endswith("\n"):
+            return None  # torn final line of an interrupted write
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            return None
+        if not isinstance(record, dict) or not isinstance(record.get("value"), dict):
+            return None
+        sha = hashlib.sha256(_canonical(record["value"]).encode("utf-8")).hexdigest()
+        return record if sha == record.get("sha") else None
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._values
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The newest valid value stored under ``key``, or None."""
+        return self._values.get(key)
+
+    def put(self, key: str, value: Mapping[str, Any]) -> None:
+        """Append one record and make it durable (flush + fsync) before returning."""
+        if not isinstance(key, str) or not key:
+            raise InvalidInputError("key", "must be a non-empty string", "use cache_key(...)")
+        data = json.loads(_canonical(dict(value)))  # a JSON-safe private copy
+        line = _canonical({"key": key, "sha": hashlib.sha256(
+            _canonical(data).encode("utf-8")).hexdigest(), "value": data})
+        with self.path.open("a+b") as handle:
+            handle.seek(0, os.SEEK_END)
+            if handle.tell() > 0:
+                handle.seek(-1, os.SEEK_END)
+                if handle.read(1) != b"\n":
+                    handle.write(b"\n")  # never glue a record onto a torn line
+            handle.write(line.encode("utf-8") + b"\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        self._values[key] = data
