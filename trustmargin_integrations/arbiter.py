@@ -136,7 +136,9 @@ class TrustMargin:
 
     # -- stages -----------------------------------------------------------------------------
 
-    def prepare(self, item: ArbitrationInput | Mapping[str, Any], index: int = 0) -> PreparedQuestion:
+    def prepare(
+        self, item: ArbitrationInput | Mapping[str, Any], index: int = 0
+    ) -> PreparedQuestion:
         """Validate one input, cut its context to the budget and render the three views."""
         data = self._validate(item, index)
         warnings = data.pop("warnings")
