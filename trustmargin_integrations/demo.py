@@ -1,0 +1,81 @@
+"""The offline demo: the project's own small corpus and questions, end to end.
+
+Half of the questions ask about invented facts that only the corpus holds (retrieval must
+help); the others ask well-known facts while the corpus holds distracting passages
+(retrieval may mislead). It shows both failure modes TrustMargin arbitrates between.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib.resources import files
+
+from trustmargin_integrations.arbiter import TrustMargin
+from trustmargin_integrations.evaluation.metrics import exact_match, mean_x100, token_f1
+from trustmargin_integrations.retrieval.bm25 import BM25Index
+from trustmargin_integrations.schema import Decision, Passage
+
+
+@dataclass(frozen=True)
+class DemoQuestion:
+    """A demo question with its gold aliases and the situation it illustrates."""
+
+    id: str
+    question: str
+    answers: list[str]
+    kind: str
+
+
+def demo_corpus() -> list[Passage]:
+    """The demo's 40 passages (written for this project)."""
+    raw = json.loads(files("trustmargin_integrations").joinpath("demo_data/corpus.json")
+                     .read_text(encoding="utf-8"))
+    return [Passage(**p) for p in raw]
+
+
+def demo_questions() -> list[DemoQuestion]:
+    """The demo's 20 questions."""
+    raw = json.loads(files("trustmargin_integrations").joinpath("demo_data/questions.json")
+                     .read_text(encoding="utf-8"))
+    return [DemoQuestion(**q) for q in raw]
+
+
+@dataclass(frozen=True)
+class DemoRow:
+    """One question's outcome with its scores against the gold answers."""
+
+    question: DemoQuestion
+    decision: Decision
+    f1: dict[str, float]
+    em: dict[str, float]
+
+
+def run_demo(
+    tm: TrustMargin, *, limit: int | None = None, top_k: int = 3, progress: bool = True
+) -> list[DemoRow]:
+    """Index the demo corpus, retrieve, generate both answers, arbitrate and score."""
+    index = BM25Index.build(demo_corpus())
+    questions = demo_questions()[:limit]
+    hits = index.search_batch([q.question for q in questions], k=top_k)
+    inputs = [{"id": q.id, "question": q.question, "passages": [p.as_context() for p in h]}
+              for q, h in zip(questions, hits, strict=True)]
+    decisions = tm.arbitrate_batch(inputs, progress=progress)
+    rows = []
+    for q, d in zip(questions, decisions, strict=True):
+        oracle = max((d.direct_answer, d.rag_answer), key=lambda a: token_f1(a, q.answers))
+        picks = {"direct": d.direct_answer, "rag": d.rag_answer, "trustmargin": d.answer,
+                 "oracle": oracle}
+        rows.append(DemoRow(
+            q, d,
+            {k: token_f1(v, q.answers) for k, v in picks.items()},
+            {k: exact_match(v, q.answers) for k, v in picks.items()},
+        ))
+    return rows
+
+
+def summarize(rows: list[DemoRow]) -> dict[str, dict[str, float]]:
+    """Mean F1 and EM (x100) per method."""
+    methods = ("direct", "rag", "trustmargin", "oracle")
+    return {m: {"f1": mean_x100([r.f1[m] for r in rows]),
+                "em": mean_x100([r.em[m] for r in rows])} for m in methods}
