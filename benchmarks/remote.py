@@ -45,22 +45,25 @@ def load_questions(path: Path, n: int, offset: int) -> list[dict[str, Any]]:
 
 
 @contextmanager
-def server_backend(args: argparse.Namespace, tokenizer: Any, concurrency: int
-                   ) -> Iterator[OpenAICompatBackend]:
-    """A backend on ``--url`` or on a fresh local llama.cpp server."""
+def server_url(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
+    """``(url, model)`` of ``--url`` or of a fresh local llama.cpp server."""
     if args.url:
-        with OpenAICompatBackend(args.url, args.model, tokenizer,
-                                 max_concurrency=concurrency) as backend:
-            yield backend
+        yield args.url, args.model
         return
     from trustmargin_integrations.models import REGISTRY
 
     gguf = REGISTRY["smollm2-135m"].locate()
     with LlamaCppServer(gguf, alias="smollm2-135m", n_ctx=args.n_ctx,
-                        n_threads=args.threads) as server, \
-            OpenAICompatBackend(server.url, server.alias, tokenizer,
-                                max_concurrency=concurrency, model_id="smollm2-135m") as backend:
-        yield backend
+                        n_threads=args.threads) as server:
+        yield server.url, server.alias
+
+
+def remote_backend(url: str, model: str, tokenizer: Any, concurrency: int
+                   ) -> OpenAICompatBackend:
+    # llama-cpp-python serves one request at a time, so a request may wait behind all the
+    # others in flight: the timeout must cover the queue, not just one request.
+    return OpenAICompatBackend(url, model, tokenizer, max_concurrency=concurrency,
+                               model_id="smollm2-135m", timeout_s=3600)
 
 
 def local_tokenizer() -> Any:
@@ -73,20 +76,20 @@ def throughput(args: argparse.Namespace) -> None:
     questions = load_questions(args.data, args.questions, args.offset)
     tokenizer = local_tokenizer()
     rows = []
-    for inflight in args.inflight:
-        # One run_jobs call for all questions, so the in-flight bound is the only limit.
-        config = TrustMarginConfig(max_context_tokens=args.context_tokens,
-                                   batch_size=len(questions))
-        with server_backend(args, tokenizer, inflight) as backend:
-            tm = TrustMargin(backend, config)
-            tm.arbitrate_batch(questions[:1])  # warm-up: first request pays model paging
-            sent = backend.requests_sent
-            start = time.perf_counter()
-            decisions = tm.arbitrate_batch(questions)
-            elapsed = time.perf_counter() - start
-            scored = sum(d.m is not None for d in decisions)
-            rows.append((inflight, len(questions), scored, backend.requests_sent - sent,
-                         elapsed, len(questions) / elapsed))
+    # One run_jobs call for all questions, so the in-flight bound is the only limit.
+    config = TrustMarginConfig(max_context_tokens=args.context_tokens,
+                               batch_size=len(questions))
+    with server_url(args) as (url, model):
+        for inflight in args.inflight:
+            with remote_backend(url, model, tokenizer, inflight) as backend:
+                backend.generate(["warm-up"], 1)
+                sent = backend.requests_sent
+                start = time.perf_counter()
+                decisions = TrustMargin(backend, config).arbitrate_batch(questions)
+                elapsed = time.perf_counter() - start
+                scored = sum(d.m is not None for d in decisions)
+                rows.append((inflight, len(questions), scored, backend.requests_sent - sent,
+                             elapsed, len(questions) / elapsed))
             print(f"  in flight {inflight:>2}: {elapsed:7.1f} s", file=sys.stderr, flush=True)
     print(f"\nremote backend throughput ({args.url or 'local llama-cpp-python server'}, "
           f"SmolLM2-135M Q4_1, context <= {args.context_tokens} tokens, "
@@ -117,7 +120,8 @@ def agreement(args: argparse.Namespace) -> None:
     start = time.perf_counter()
     reference = local.arbitrate_batch(questions)
     print(f"  local: {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
-    with server_backend(args, local.backend.tokenizer, args.concurrency) as backend:
+    with server_url(args) as (url, model), \
+            remote_backend(url, model, local.backend.tokenizer, args.concurrency) as backend:
         remote = TrustMargin(backend, config)
         start = time.perf_counter()
         generated = backend.generate(

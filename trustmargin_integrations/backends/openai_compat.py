@@ -136,7 +136,8 @@ class OpenAICompatBackend:
         api_key: bearer token, if the server wants one (default: ``$TRUSTMARGIN_REMOTE_API_KEY``).
             It is sent in the ``Authorization`` header only, never logged or put in errors.
         max_concurrency: requests in flight at once.
-        timeout_s: per-request timeout in seconds.
+        timeout_s: per-request timeout in seconds (a request queued behind others on a
+            one-at-a-time server such as llama-cpp-python waits for them too).
         max_retries: retries after a 429/5xx answer, a timeout or a dropped connection.
         backoff_s: first retry delay; doubled per retry, with jitter, capped at 30 s.
         model_id: the name recorded in every Decision (default: ``model``).
@@ -158,7 +159,7 @@ class OpenAICompatBackend:
         *,
         api_key: str | None = None,
         max_concurrency: int = 8,
-        timeout_s: float = 120.0,
+        timeout_s: float = 300.0,
         max_retries: int = 4,
         backoff_s: float = 0.5,
         model_id: str | None = None,
@@ -315,7 +316,10 @@ class OpenAICompatBackend:
             return list(pool.map(fn, items))
 
     def _completion(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        return self._post("/v1/completions", {"model": self.model, **self.extra_body, **body})
+        # Like the local backend: a chat template already holds the special tokens, so the
+        # server must not add a BOS of its own (vLLM honours this field; others ignore it).
+        base = {"model": self.model, "add_special_tokens": not self._chat}
+        return self._post("/v1/completions", {**base, **self.extra_body, **body})
 
     # -- generation -------------------------------------------------------------------------
 

@@ -1,0 +1,286 @@
+"""The OpenAI-compatible backend against a REAL llama.cpp server (llama-cpp-python) on 127.0.0.1.
+
+The server runs the embedded SmolLM2-135M GGUF *quantized* (Q4_1 kernels); the local backend
+runs the same file dequantized to fp32 in transformers. Their log-likelihoods therefore differ
+by quantization noise. Measured on this model (benchmarks/remote.py agreement, 12
+ComplexWebQuestions questions, docs/scale_out.md) the per-token gap is small next to the
+margins the rule thresholds; the tests hold every length-normalized likelihood to
+``LIKELIHOOD_TOL`` and require the same decision.
+
+The retry / backoff / concurrency tests use ``httpx.MockTransport``: a real server cannot be
+made to answer 429 or 503 on demand, so those few tests fake the HTTP layer and say so.
+Everything else talks to the real server.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from trustmargin_integrations.arbiter import TrustMargin
+from trustmargin_integrations.backends.base import Backend, ContinuationRequest
+from trustmargin_integrations.backends.openai_compat import (
+    LlamaCppServer,
+    OpenAICompatBackend,
+    redact_url,
+)
+from trustmargin_integrations.config import TrustMarginConfig
+from trustmargin_integrations.errors import BackendError, InvalidInputError
+from trustmargin_integrations.models import REGISTRY
+
+LIKELIHOOD_TOL = 0.25
+"""Largest allowed |l_remote - l_local| per length-normalized likelihood (nats per token)."""
+MARGIN_TOL = 0.5
+"""Largest allowed |M_remote - M_local|."""
+
+SECRET_KEY = "sk-test-8c1e5f0d-never-print"
+
+# Short real questions with conflicting candidates; short passages keep the server fast
+# (llama-cpp-python spends ~50 ms per echoed prompt token formatting log-probabilities).
+QUESTIONS = [
+    {"question": "Who directed the film Alien?",
+     "passages": ["Alien is a 1979 science fiction horror film directed by Ridley Scott."],
+     "direct_answer": "Steven Spielberg", "rag_answer": "Ridley Scott"},
+    {"question": "What is the capital of Australia?",
+     "passages": ["Sydney is the largest city of Australia, home of the Opera House."],
+     "direct_answer": "Canberra", "rag_answer": "Sydney"},
+]
+
+
+@pytest.fixture(scope="module")
+def llama_server() -> Iterator[LlamaCppServer]:
+    with LlamaCppServer(REGISTRY["smollm2-135m"].locate(), alias="smollm2-135m", n_ctx=1024,
+                        n_threads=2) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def remote(llama_server: LlamaCppServer, backend: Any) -> Iterator[OpenAICompatBackend]:
+    with OpenAICompatBackend(llama_server.url, llama_server.alias, backend.tokenizer,
+                             max_concurrency=4, model_id=backend.model_id) as rb:
+        yield rb
+
+
+# -- real server -----------------------------------------------------------------------------
+
+
+def test_protocol_rendering_and_tokens_match_the_local_backend(
+    remote: OpenAICompatBackend, backend: Any
+) -> None:
+    assert isinstance(remote, Backend)
+    message = "Question:\nWho wrote Hamlet?\n\nAnswer:"
+    assert remote.render_prompt(message) == backend.render_prompt(message)
+    for text in ("Ridley Scott", "Goiás", "1,234 km²"):
+        assert remote.answer_token_count(text) == backend.answer_token_count(text)
+        assert remote.count_tokens(text) == backend.count_tokens(text)
+    assert remote.truncate_tokens("one two three four", 2) == backend.truncate_tokens(
+        "one two three four", 2)
+    assert remote.check_tokenizer()
+    # An answer with no tokens is not sent to the server.
+    sent = remote.requests_sent
+    assert remote.score_continuations([ContinuationRequest("Q:", "")])[0].num_tokens == 0
+    assert remote.requests_sent == sent
+
+
+def test_six_likelihoods_and_decisions_agree_with_the_local_backend(
+    remote: OpenAICompatBackend, backend: Any
+) -> None:
+    config = TrustMarginConfig(max_context_tokens=64)
+    local = TrustMargin(backend, config).arbitrate_batch(QUESTIONS)
+    served = TrustMargin(remote, config).arbitrate_batch(QUESTIONS)
+    for ref, got in zip(local, served, strict=True):
+        assert got.m is not None and ref.m is not None
+        assert got.model_id == ref.model_id
+        for cand in ("direct", "rag"):
+            a = getattr(ref, f"{cand}_likelihoods")
+            b = getattr(got, f"{cand}_likelihoods")
+            assert a.num_tokens == b.num_tokens
+            for view in ("question_only", "question_context", "context_only"):
+                gap = abs(getattr(a, view) - getattr(b, view))
+                assert gap <= LIKELIHOOD_TOL, (ref.question, cand, view, gap)
+        assert abs(ref.m - got.m) <= MARGIN_TOL, (ref.question, ref.m, got.m)
+        assert got.source == ref.source, (ref.question, ref.m, got.m)
+
+
+def test_greedy_generation_matches_the_local_backend(remote: OpenAICompatBackend,
+                                                     backend: Any) -> None:
+    from trustmargin_integrations.answers import clean_answer
+
+    prompts = [backend.render_prompt(f"Question:\n{q}\n\nAnswer:")
+               for q in ("What is the capital of France?", "Who wrote Hamlet?")]
+    remote_answers = [clean_answer(t) for t in remote.generate(prompts, 8)]
+    local_answers = [clean_answer(t) for t in backend.generate(prompts, 8)]
+    assert remote_answers == local_answers
+    assert all(remote_answers)
+
+
+def test_too_long_prompt_fails_fast_with_the_servers_reason(remote: OpenAICompatBackend) -> None:
+    sent = remote.requests_sent
+    with pytest.raises(BackendError, match=r"HTTP 400.*context"):
+        remote.generate(["word " * 2000], 4)
+    assert remote.requests_sent - sent == 1  # a 400 is not retried
+
+
+def test_server_without_prompt_logprobs_is_a_clear_error(backend: Any) -> None:
+    # A real llama.cpp server started without logits_all cannot echo prompt log-probabilities.
+    with LlamaCppServer(REGISTRY["smollm2-135m"].locate(), alias="nolog", n_ctx=256,
+                        n_threads=1, logits_all=False) as server, \
+            OpenAICompatBackend(server.url, "nolog", backend.tokenizer) as rb:
+        with pytest.raises(BackendError, match="cannot return prompt log-probabilities"):
+            rb.score_continuations([ContinuationRequest("Hello", " world")])
+        assert rb.requests_sent == 1  # not retried: it can never succeed
+
+
+def test_unreachable_server_fails_after_bounded_retries(backend: Any) -> None:
+    from trustmargin_integrations.backends.openai_compat import free_local_port
+
+    rb = OpenAICompatBackend(f"http://127.0.0.1:{free_local_port()}", "m", backend.tokenizer,
+                             max_retries=2, backoff_s=0.01, api_key=SECRET_KEY)
+    with pytest.raises(BackendError, match=r"3 attempt.*connection failed") as err:
+        rb.generate(["hi"], 2)
+    assert SECRET_KEY not in str(err.value)
+
+
+# -- HTTP behaviour (faked transport: 429/503/timeouts cannot be provoked on a real server) ---
+
+
+def echo_body(tokens: list[str], logprobs: list[float | None], generated: int = 1
+              ) -> dict[str, Any]:
+    return {"choices": [{"text": "".join(tokens), "index": 0,
+                         "logprobs": {"tokens": tokens, "token_logprobs": logprobs}}],
+            "usage": {"prompt_tokens": len(tokens) - generated, "completion_tokens": generated}}
+
+
+def fake_backend(backend: Any, handler: Callable[[httpx.Request], httpx.Response],
+                 **kwargs: Any) -> OpenAICompatBackend:
+    return OpenAICompatBackend("http://127.0.0.1:1/v1", "m", backend.tokenizer,
+                               transport=httpx.MockTransport(handler), backoff_s=0.01, **kwargs)
+
+
+def test_retries_429_and_5xx_then_succeeds(backend: Any) -> None:
+    answers = iter([httpx.Response(429, headers={"Retry-After": "0"}),
+                    httpx.Response(503, text="overloaded"),
+                    httpx.Response(200, json={"choices": [{"text": "Paris"}]})])
+    rb = fake_backend(backend, lambda request: next(answers))
+    assert rb.generate(["q"], 4) == ["Paris"]
+    assert (rb.requests_sent, rb.retries) == (3, 2)
+
+
+def test_gives_up_after_max_retries_on_5xx_and_timeouts(backend: Any) -> None:
+    rb = fake_backend(backend, lambda request: httpx.Response(502), max_retries=2)
+    with pytest.raises(BackendError, match=r"3 attempt\(s\): HTTP 502"):
+        rb.generate(["q"], 4)
+
+    def timeout(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("slow", request=request)
+
+    rb = fake_backend(backend, timeout, max_retries=1)
+    with pytest.raises(BackendError, match="timed out"):
+        rb.generate(["q"], 4)
+    assert rb.requests_sent == 2
+
+
+def test_client_errors_and_odd_bodies_are_not_retried(backend: Any) -> None:
+    rb = fake_backend(backend, lambda request: httpx.Response(404, text="no such model"))
+    with pytest.raises(BackendError, match="HTTP 404: no such model"):
+        rb.generate(["q"], 4)
+    assert rb.requests_sent == 1
+    rb = fake_backend(backend, lambda request: httpx.Response(200, text="<html>"))
+    with pytest.raises(BackendError, match="not JSON"):
+        rb.generate(["q"], 4)
+    rb = fake_backend(backend, lambda request: httpx.Response(200, json={"choices": []}))
+    with pytest.raises(BackendError, match="without choices"):
+        rb.generate(["q"], 4)
+
+
+def test_echo_without_logprobs_is_a_clear_error(backend: Any) -> None:
+    rb = fake_backend(backend, lambda request: httpx.Response(
+        200, json={"choices": [{"text": "x", "logprobs": None}]}))
+    with pytest.raises(BackendError, match="no prompt log-probabilities"):
+        rb.score_continuations([ContinuationRequest("Q:", "Paris")])
+
+
+def test_answer_is_aligned_from_the_end_of_the_echo(backend: Any) -> None:
+    rb = fake_backend(backend, lambda request: httpx.Response(500))
+    n = rb.answer_token_count("Ridley Scott")
+    answer_tokens = [backend.tokenizer.decode([t]) for t in
+                     backend.tokenizer("Ridley Scott", add_special_tokens=False).input_ids]
+    answer_lp = [-1.0 / 2**i for i in range(n)]
+    # vLLM style: BOS echoed with a null log-probability, one generated token at the end.
+    vllm = echo_body(["<s>", "Who", "?", *answer_tokens, "."],
+                     [None, -3.0, -2.0, *answer_lp, -9.0])
+    # llama-cpp-python style: no BOS; a different number of leading prompt tokens.
+    llama = echo_body(["?", *answer_tokens, "!"], [None, *answer_lp, -7.0])
+    for body in (vllm, llama):
+        assert rb.answer_logprob(body, "Ridley Scott", n) == pytest.approx(sum(answer_lp))
+    # The generated token count comes from usage; an EOS-only completion generates none.
+    no_gen = echo_body(["Who", *answer_tokens], [None, *answer_lp], generated=0)
+    assert rb.answer_logprob(no_gen, "Ridley Scott", n) == pytest.approx(sum(answer_lp))
+    with pytest.raises(BackendError, match="does not match the served model"):
+        rb.answer_logprob(vllm, "Tony Scott", n)
+    with pytest.raises(BackendError, match="null log-probabilities"):
+        rb.answer_logprob(echo_body(["?", *answer_tokens, "."], [None, *([None] * n), -1.0]),
+                          "Ridley Scott", n)
+    with pytest.raises(BackendError, match="too few"):
+        rb.answer_logprob(echo_body([*answer_tokens, "."], [None, *answer_lp[1:], -1.0]),
+                          "Ridley Scott", n)
+
+
+def test_in_flight_requests_are_bounded(backend: Any) -> None:
+    lock = threading.Lock()
+    active = peak = 0
+
+    def slow(request: httpx.Request) -> httpx.Response:
+        nonlocal active, peak
+        with lock:
+            active += 1
+            peak = max(peak, active)
+        time.sleep(0.05)
+        with lock:
+            active -= 1
+        return httpx.Response(200, json={"choices": [{"text": "ok"}]})
+
+    rb = fake_backend(backend, slow, max_concurrency=3)
+    assert rb.generate([f"q{i}" for i in range(12)], 2) == ["ok"] * 12
+    assert peak == 3
+
+
+def test_api_key_is_sent_but_never_shown(backend: Any, caplog: pytest.LogCaptureFixture) -> None:
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("authorization", ""))
+        return httpx.Response(503)
+
+    caplog.set_level(logging.DEBUG)
+    rb = fake_backend(backend, handler, api_key=SECRET_KEY, max_retries=1)
+    with pytest.raises(BackendError) as err:
+        rb.generate(["q"], 2)
+    assert seen == [f"Bearer {SECRET_KEY}"] * 2
+    for text in (str(err.value), repr(rb), rb.url, rb.model_id, caplog.text):
+        assert SECRET_KEY not in text
+
+
+def test_bad_settings_are_typed_errors(backend: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    tok = backend.tokenizer
+    for kwargs, field in (({"base_url": "", "model": "m"}, "base_url"),
+                          ({"base_url": "127.0.0.1:8000", "model": "m"}, "base_url"),
+                          ({"base_url": "http://h:1", "model": " "}, "model"),
+                          ({"base_url": "http://h:1", "model": "m", "max_concurrency": 0},
+                           "max_concurrency")):
+        with pytest.raises(InvalidInputError) as err:
+            OpenAICompatBackend(tokenizer=tok, **kwargs)
+        assert err.value.field == field
+    with pytest.raises(InvalidInputError):
+        OpenAICompatBackend("http://h:1", "m", 42)
+    monkeypatch.delenv("TRUSTMARGIN_REMOTE_URL", raising=False)
+    with pytest.raises(InvalidInputError, match="TRUSTMARGIN_REMOTE_URL"):
+        OpenAICompatBackend.from_env(tok)
+    assert redact_url("http://user:pw@host:8000/v1?key=1") == "http://host:8000/v1"
+    assert OpenAICompatBackend("http://u:pw@h:1/v1/", "m", tok).url == "http://h:1"
