@@ -14,6 +14,7 @@ Everything else talks to the real server.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -284,3 +285,31 @@ def test_bad_settings_are_typed_errors(backend: Any, monkeypatch: pytest.MonkeyP
         OpenAICompatBackend.from_env(tok)
     assert redact_url("http://user:pw@host:8000/v1?key=1") == "http://host:8000/v1"
     assert OpenAICompatBackend("http://u:pw@h:1/v1/", "m", tok).url == "http://h:1"
+
+
+def test_run_jobs_generates_both_candidates_in_one_wave_then_scores(backend: Any) -> None:
+    tok = backend.tokenizer
+    log: list[str] = []
+    lock = threading.Lock()
+
+    def server(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        with lock:
+            log.append("score" if body.get("echo") else "generate")
+        if not body.get("echo"):
+            # Raw generations that need cleaning: a label and a second line.
+            return httpx.Response(200, json={"choices": [{"text": "Answer: Ridley Scott.\nMore"}]})
+        ids = tok(body["prompt"], add_special_tokens=False).input_ids
+        tokens = [tok.decode([i]) for i in ids] + ["."]
+        return httpx.Response(200, json=echo_body(tokens, [None] + [-0.5] * len(ids)))
+
+    rb = fake_backend(backend, server, max_concurrency=4)
+    tm = TrustMargin(rb, TrustMarginConfig(skip_scoring_when_agree=False))
+    decisions = tm.arbitrate_batch([{"question": q["question"], "passages": q["passages"]}
+                                    for q in QUESTIONS])
+    assert log[:4] == ["generate"] * 4 and log[4:] == ["score"] * 12
+    for d in decisions:
+        assert (d.direct_answer, d.rag_answer) == ("Ridley Scott", "Ridley Scott")
+        assert d.direct_generated and d.rag_generated
+        assert d.direct_likelihoods is not None and d.direct_likelihoods.question_only == -0.5
+        assert d.m == pytest.approx(0.0)

@@ -46,6 +46,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from trustmargin_integrations.backends.base import (
+    CANDIDATES,
     AnswerCleaner,
     ContinuationRequest,
     ContinuationScore,
@@ -426,9 +427,33 @@ class OpenAICompatBackend:
         clean: AnswerCleaner,
         needs_scoring: ScoringFilter,
     ) -> list[JobResult]:
-        """Generate missing candidates, then score the six likelihoods, requests in parallel."""
-        return run_jobs_plain(self, jobs, max_new_tokens=max_new_tokens, clean=clean,
-                              needs_scoring=needs_scoring)
+        """Generate missing candidates, then score the six likelihoods, requests in parallel.
+
+        Both candidates' generations go out as one wave (not Direct first, then RAG), so a
+        server that batches concurrent requests sees them all at once.
+        """
+        results = [JobResult(direct_answer=j.direct_answer or "", rag_answer=j.rag_answer or "")
+                   for j in jobs]
+        todo = [(i, cand) for i, job in enumerate(jobs) for cand in CANDIDATES
+                if getattr(job, f"{cand}_answer") is None]
+        if todo:
+            prompts = [jobs[i].views.get("question_only" if cand == "direct"
+                                         else "question_context") for i, cand in todo]
+            start = time.perf_counter()
+            raw = self.generate(prompts, max_new_tokens)
+            share = (time.perf_counter() - start) / len(todo)
+            for (i, cand), text in zip(todo, raw, strict=True):
+                setattr(results[i], f"{cand}_raw", text)
+                setattr(results[i], f"{cand}_answer", clean(text))
+                setattr(results[i], f"generate_{cand}_s", share)
+        # With every candidate present, the reference implementation only scores.
+        filled = [ScoringJob(job.views, r.direct_answer, r.rag_answer)
+                  for job, r in zip(jobs, results, strict=True)]
+        scored = run_jobs_plain(self, filled, max_new_tokens=max_new_tokens, clean=clean,
+                                needs_scoring=needs_scoring)
+        for result, done in zip(results, scored, strict=True):
+            result.scores, result.scoring_s = done.scores, done.scoring_s
+        return results
 
 
 def free_local_port() -> int:
