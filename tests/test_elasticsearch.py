@@ -243,6 +243,16 @@ def test_langchain_retriever_is_langchain_elasticsearch_with_our_query() -> None
     assert document_to_passage(doc) == "Alien (film): Directed by Ridley Scott."
 
 
+def test_llama_index_retriever_wraps_this_index() -> None:
+    from elasticsearch import Elasticsearch
+    from llama_index.core.retrievers import BaseRetriever
+
+    es = ElasticsearchRetriever(Elasticsearch("http://127.0.0.1:9"), "films")
+    li = es.as_llama_index(k=2)
+    assert isinstance(li, BaseRetriever)
+    assert li.index is es and li.similarity_top_k == 2
+
+
 # -- real server (TRUSTMARGIN_ES_URL) --------------------------------------------------------
 
 CORPUS = [
