@@ -116,22 +116,54 @@ def eval_command(
     report: Annotated[bool, typer.Option(help="Write RUN_DIR/report.md at the end.")] = True,
 ) -> None:
     """Evaluate Direct, BM25-RAG, TrustMargin, its ablations and the oracle (resumable)."""
+    try:
+        _evaluate(dataset, data_dir, model, limit, top_k, dtype, batch_size, run_dir, retrieval,
+                  corpus, index, retriever, noise_limit, noise_levels, noise_seed, noise_corpus,
+                  device, report)
+    except InvalidInputError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+
+
+def _evaluate(
+    dataset: list[str], data_dir: Path | None, model: str, limit: int | None, top_k: int,
+    dtype: str | None, batch_size: int, run_dir: Path | None, retrieval: str,
+    corpus: Path | None, index: Path | None, retriever: str | None, noise_limit: int,
+    noise_levels: str, noise_seed: int, noise_corpus: Path | None, device: str | None,
+    report: bool,
+) -> None:
     from trustmargin_integrations.arbiter import TrustMargin
     from trustmargin_integrations.config import TrustMarginConfig
     from trustmargin_integrations.evaluation.rundir import open_store, record_dataset
 
-    if batch_size < 1:
-        raise typer.BadParameter("must be >= 1", param_hint="--batch-size")
+    for name, value in (("--batch-size", batch_size), ("--top-k", top_k)):
+        if value < 1:
+            raise InvalidInputError(name, f"must be >= 1, got {value}", f"pass {name} 1 or more")
+    if limit is not None and limit < 1:
+        raise InvalidInputError("--limit", f"must be >= 1, got {limit}", "omit it for all")
+    try:
+        levels = ([int(x) for x in noise_levels.split(",") if x.strip()] if noise_levels
+                  else list(range(top_k + 1)))
+    except ValueError as exc:
+        raise InvalidInputError("--noise-levels", f"{noise_levels!r} is not a list of integers",
+                                "e.g. --noise-levels 0,1,2,3") from exc
+    if any(not 0 <= lv <= top_k for lv in levels):
+        raise InvalidInputError("--noise-levels", f"levels must be within 0..{top_k}",
+                                "replace at most --top-k passages")
     data_dir = data_dir or (Path(os.environ[DATA_ENV]) if os.environ.get(DATA_ENV) else None)
     run_dir = run_dir or Path("runs") / model.replace("/", "_")
-    tm = TrustMargin.from_pretrained(model, dtype=dtype, device=device,
-                                     config=TrustMarginConfig(top_k=top_k, batch_size=batch_size))
-    store = open_store(run_dir)
-    command = shlex.join(["trustmargin", *sys.argv[1:]])
+    # Data and retrieval are checked before the (slow) model load.
+    plans = []
     for name in dataset:
         all_examples = load_dataset(name, data_dir)
         examples = all_examples[:limit] if limit else all_examples
         source = _source(retrieval, name, data_dir, corpus, index, retriever)
+        plans.append((name, all_examples, examples, source))
+    tm = TrustMargin.from_pretrained(model, dtype=dtype, device=device,
+                                     config=TrustMarginConfig(top_k=top_k, batch_size=batch_size))
+    store = open_store(run_dir)
+    command = shlex.join(["trustmargin", *sys.argv[1:]])
+    for name, all_examples, examples, source in plans:
         typer.echo(f"{name}: {len(examples)} questions, {source.name} top-{top_k}, "
                    f"model {tm.backend.model_id} ({model_dtype(tm)}), run dir {run_dir}")
         records = run_eval(tm, examples, store, source=source, top_k=top_k,
@@ -143,8 +175,6 @@ def eval_command(
         noise = []
         noise_info = None
         if noise_limit > 0:
-            levels = ([int(x) for x in noise_levels.split(",") if x.strip()] if noise_levels
-                      else list(range(top_k + 1)))
             pool, pool_name = _noise_pool(all_examples, noise_corpus)
             noise = run_noise(tm, records[:noise_limit], store, pool=pool, levels=levels,
                               seed=noise_seed, top_k=top_k, batch_size=batch_size)
@@ -168,7 +198,11 @@ def report_command(
     """Write the Markdown report (tables, diagnostics, PNG plots) of a run directory."""
     from trustmargin_integrations.evaluation.report import build_report
 
-    typer.echo(f"report: {build_report(run_dir, out, title=title)}")
+    try:
+        typer.echo(f"report: {build_report(run_dir, out, title=title)}")
+    except InvalidInputError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
 
 
 def register(app: typer.Typer) -> None:
