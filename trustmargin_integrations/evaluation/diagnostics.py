@@ -239,6 +239,16 @@ def hyperparameter_grid(
     return grid
 
 
+def best_cell(grid: Sequence[Sequence[float]], lambdas: Sequence[float],
+              taus: Sequence[float]) -> tuple[int, int]:
+    """Row/column of the best grid cell; ties go to the cell nearest the default setting."""
+    def distance(i: int, j: int) -> float:
+        return abs(lambdas[i] - DEFAULT_LAMBDA) + abs(taus[j] - DEFAULT_TAU)
+
+    cells = [(i, j) for i in range(len(lambdas)) for j in range(len(taus))]
+    return max(cells, key=lambda ij: (round(grid[ij[0]][ij[1]], 9), -distance(*ij)))
+
+
 @dataclass(frozen=True)
 class NoiseLevel:
     """Outcome of one corruption level over the noise subset."""

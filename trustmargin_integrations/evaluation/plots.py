@@ -16,6 +16,7 @@ from trustmargin_integrations.evaluation.diagnostics import (
     DEFAULT_TAU,
     NoiseLevel,
     Recovery,
+    best_cell,
 )
 
 
@@ -41,8 +42,7 @@ def heatmap(
             bright = value > min(min(r) for r in grid) + 0.6 * span
             ax.text(j, i, f"{value:.1f}", ha="center", va="center", fontsize=7,
                     color="black" if bright else "white")
-    best = max(((i, j) for i in range(len(lambdas)) for j in range(len(taus))),
-               key=lambda ij: grid[ij[0]][ij[1]])
+    best = best_cell(grid, lambdas, taus)
 
     def box(i: int, j: int, color: str, label: str, inset: float) -> None:
         ax.add_patch(plt.Rectangle((j - 0.5 + inset, i - 0.5 + inset), 1 - 2 * inset,

@@ -23,6 +23,7 @@ from trustmargin_integrations.evaluation.diagnostics import (
     ArbitrationDiagnostics,
     arbitration_diagnostics,
     average_rows,
+    best_cell,
     disagreement_recovery,
     hyperparameter_grid,
     latency,
@@ -171,8 +172,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None,
     figure = plots.heatmap(grid, GRID_LAMBDAS, GRID_TAUS, folder / "hparam_heatmap.png",
                            title=f"Average F1 over {', '.join(map(_label, names))} "
                                  f"({models[0]})")
-    best = max(((i, j) for i in range(len(GRID_LAMBDAS)) for j in range(len(GRID_TAUS))),
-               key=lambda ij: grid[ij[0]][ij[1]])
+    best = best_cell(grid, GRID_LAMBDAS, GRID_TAUS)
     default = grid[GRID_LAMBDAS.index(DEFAULT_LAMBDA)][GRID_TAUS.index(DEFAULT_TAU)]
     lines += ["", "## Hyper-parameter robustness (replayed from cached likelihoods)", "",
               f"![heatmap]({figure.name})", "",
@@ -181,7 +181,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None,
               f"{GRID_TAUS[best[1]]:g}): {grid[best[0]][best[1]]:.2f}. Always-Direct: "
               f"{average['direct'][0]:.2f}, always-RAG: {average['rag'][0]:.2f}. Picking the "
               "best cell on the evaluation questions themselves is optimistic; the default is "
-              "the honest number."]
+              "the honest number (ties: the cell nearest the default is shown)."]
     summary["grid"] = {"lambdas": list(GRID_LAMBDAS), "taus": list(GRID_TAUS), "avg_f1": grid}
 
     # -- noise --------------------------------------------------------------------------------

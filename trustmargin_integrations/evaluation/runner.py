@@ -222,6 +222,32 @@ def run_eval(
     return [_record(store, p, p.key in computed) for p in keyed]
 
 
+def cached_records(
+    tm: TrustMargin,
+    examples: Sequence[EvalExample],
+    store: ResultStore,
+    *,
+    source: PassageSource,
+    top_k: int,
+    dtype: str | None = None,
+) -> list[EvalRecord]:
+    """The records of a finished run, read from the cache only (never computes).
+
+    ``dtype`` selects which run's entries to read, e.g. the fp32 reference while ``tm`` holds
+    the same model in bf16. Raises if any example is missing.
+    """
+    settings = settings_for(tm, top_k=top_k, dtype=dtype, retrieval=source.name)
+    out = []
+    for ex, (passages, seconds) in zip(examples, source.fetch(examples, top_k), strict=True):
+        texts = [p.as_context() for p in passages]
+        key = _key(tm, settings, ex.question, texts, None)
+        if key not in store:
+            raise InvalidInputError(f"{ex.dataset}[{ex.id}]", "is not in the cache",
+                                    "run the evaluation for it first")
+        out.append(_record(store, _Pending(0, ex, key, texts, seconds, None), False))
+    return out
+
+
 def _record(store: ResultStore, p: _Pending, computed: bool) -> EvalRecord:
     value = store.get(p.key)
     if value is None:  # only possible if the store was changed underneath us
