@@ -58,6 +58,7 @@ __all__ = [
     "TrustMarginRouter",
     "build_trustmargin_chain",
     "document_to_passage",
+    "to_core_input",
 ]
 
 _REQUIRED_KEYS = ("question", "direct_answer", "rag_answer")
