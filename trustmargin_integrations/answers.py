@@ -6,7 +6,9 @@ import re
 import string
 
 _ANSWER_PREFIX = re.compile(
-    r"^\s*(?:the\s+)?(?:final\s+)?answer\s*(?:is)?\s*[:：]\s*", re.IGNORECASE
+    r"^\s*(?:(?:the\s+)?(?:final\s+)?answer\s*(?:is)?\s*[:：]|the\s+(?:final\s+)?answer\s+is\s)"
+    r"\s*",
+    re.IGNORECASE,
 )
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 _PUNCTUATION = set(string.punctuation)

@@ -342,33 +342,38 @@ class HFBackend:
         q_ids = [self.encode_prompt(j.views.question_only) for j in jobs]
         qc_ids = [self.encode_prompt(j.views.question_context) for j in jobs]
         families = {"direct": q_ids, "rag": qc_ids}
-        prefilled: dict[tuple[str, bool], tuple[list[int], PrefilledBatch]] = {}
+        caches: list[tuple[str, list[int], PrefilledBatch]] = []
+        # Generation first: its caches are kept for scoring, and only once both answers are
+        # known can we tell which questions need scoring at all.
         for cand, prompts in families.items():
-            for generate in (True, False):
-                rows = [i for i, j in enumerate(jobs)
-                        if (getattr(j, f"{cand}_answer") is None) == generate]
-                if not rows:
-                    continue
-                start = time.perf_counter()
-                batch = self._prefill([prompts[i] for i in rows],
-                                      max_new_tokens if generate else 0)
-                share = (time.perf_counter() - start) / len(rows)
-                for i, gen in zip(rows, batch.generated, strict=True):
-                    if generate:
-                        raw = self._decode(gen)
-                        setattr(results[i], f"{cand}_raw", raw)
-                        setattr(results[i], f"{cand}_answer", clean(raw))
-                        setattr(results[i], f"generate_{cand}_s", share)
-                    else:
-                        results[i].scoring_s += share
-                prefilled[(cand, generate)] = (rows, batch)
+            rows = [i for i, j in enumerate(jobs) if getattr(j, f"{cand}_answer") is None]
+            if not rows:
+                continue
+            start = time.perf_counter()
+            batch = self._prefill([prompts[i] for i in rows], max_new_tokens)
+            share = (time.perf_counter() - start) / len(rows)
+            for i, gen in zip(rows, batch.generated, strict=True):
+                raw = self._decode(gen)
+                setattr(results[i], f"{cand}_raw", raw)
+                setattr(results[i], f"{cand}_answer", clean(raw))
+                setattr(results[i], f"generate_{cand}_s", share)
+            caches.append((cand, rows, batch))
         scored = {i for i, r in enumerate(results) if needs_scoring(r.direct_answer,
                                                                     r.rag_answer)}
+        for cand, prompts in families.items():
+            rows = [i for i, j in enumerate(jobs)
+                    if getattr(j, f"{cand}_answer") is not None and i in scored]
+            if rows:
+                start = time.perf_counter()
+                caches.append((cand, rows, self._prefill([prompts[i] for i in rows], 0)))
+                share = (time.perf_counter() - start) / len(rows)
+                for i in rows:
+                    results[i].scoring_s += share
         answers = {i: (tuple(self.encode_answer(results[i].direct_answer)),
                        tuple(self.encode_answer(results[i].rag_answer))) for i in scored}
         for i in scored:
             results[i].scores = {}
-        for (cand, _), (rows, batch) in prefilled.items():
+        for cand, rows, batch in caches:
             keep = [n for n, i in enumerate(rows) if i in scored]
             if not keep:
                 continue

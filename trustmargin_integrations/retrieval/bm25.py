@@ -44,6 +44,10 @@ class BM25Index:
         stemmer = Stemmer.Stemmer("english")
         tokens = bm25s.tokenize([cls._document(p) for p in passages], stopwords="en",
                                 stemmer=stemmer, show_progress=show_progress)
+        if not tokens.vocab:
+            raise InvalidInputError("passages", "contain no indexable word (only stopwords, "
+                                    "punctuation or one-letter tokens)",
+                                    "index passages with real text")
         retriever = bm25s.BM25()
         retriever.index(tokens, show_progress=show_progress)
         return cls(retriever, passages)

@@ -1,0 +1,125 @@
+"""Scoring speed and faithfulness: naive passes vs shared prefix vs generation-cache reuse.
+
+For each context size (about 500, 1000 and 2000 tokens) it takes real 2WikiMultihopQA
+questions, retrieves BM25 passages from the shared 2Wiki paragraph corpus until the context
+budget is full, and measures per question:
+
+* naive: six separate full forward passes (one per answer x view), like the paper's code;
+* shared prefix: candidates given, each prompt family prefilled once, views scored as branches;
+* cache reuse: both candidates generated here and scored on the caches generation built;
+* generation: Direct + RAG greedy generation alone (the baseline cost of any RAG system);
+* max |difference| of the six log-likelihoods against the naive path.
+
+Usage: python benchmarks/scoring.py [--questions 4] [--sizes 500 1000 2000] [--demo-memory]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from trustmargin_integrations import TrustMargin, TrustMarginConfig
+from trustmargin_integrations.answers import clean_answer
+from trustmargin_integrations.backends.base import ScoringJob, scoring_requests
+from trustmargin_integrations.backends.hf import HFBackend
+from trustmargin_integrations.retrieval.bm25 import BM25Index
+from trustmargin_integrations.retrieval.corpus import load_corpus
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "raw"
+
+
+def _always(direct: str, rag: str) -> bool:
+    return True
+
+
+def measure(backend: HFBackend, size: int, questions: list[str], index: BM25Index) -> dict:
+    """Per-question timings (seconds) and the worst disagreement for one context size."""
+    tm = TrustMargin(backend, TrustMarginConfig(max_context_tokens=size, batch_size=1))
+    naive, shared, reuse, gen, diffs, ctx = [], [], [], [], [], []
+    for q in questions:
+        passages = [p.as_context() for p in index.search(q, 60)]
+        prepared = tm.prepare({"question": q, "passages": passages})
+        ctx.append(prepared.context.num_tokens)
+        views = prepared.views
+
+        start = time.perf_counter()
+        direct = clean_answer(backend.generate([views.question_only], 20)[0])
+        rag = clean_answer(backend.generate([views.question_context], 20)[0])
+        gen.append(time.perf_counter() - start)
+
+        reqs = scoring_requests(views, direct or "none", rag or "none")
+        start = time.perf_counter()
+        reference = backend.score_continuations([r for _, r in reqs])
+        naive.append(time.perf_counter() - start)
+
+        job = ScoringJob(views, direct or "none", rag or "none")
+        start = time.perf_counter()
+        fast = backend.run_jobs([job], max_new_tokens=20, clean=clean_answer,
+                                needs_scoring=_always)[0]
+        shared.append(time.perf_counter() - start)
+        assert fast.scores is not None
+        diffs.append(max(abs(fast.scores[key].mean - ref.mean)
+                         for (key, _), ref in zip(reqs, reference, strict=True)))
+
+        both = backend.run_jobs([ScoringJob(views, None, None)], max_new_tokens=20,
+                                clean=clean_answer, needs_scoring=_always)[0]
+        reuse.append(both.scoring_s)
+    mean = statistics.mean
+    return {"size": size, "ctx": mean(ctx), "naive": mean(naive), "shared": mean(shared),
+            "reuse": mean(reuse), "gen": mean(gen), "diff": max(diffs)}
+
+
+def print_table(row: dict, n: int) -> None:
+    """One Markdown table per context size."""
+    print(f"\n### context ~{row['size']} tokens (measured mean {row['ctx']:.0f}), "
+          f"{n} questions, fp32, {torch.get_num_threads()} threads\n")
+    print("| path | s / question | speed-up vs naive | % of Direct+RAG generation |")
+    print("|---|---|---|---|")
+    print(f"| naive: 6 full forward passes | {row['naive']:.3f} | 1.0x | "
+          f"{100 * row['naive'] / row['gen']:.0f}% |")
+    print(f"| shared prefix (candidates given) | {row['shared']:.3f} | "
+          f"{row['naive'] / row['shared']:.1f}x | {100 * row['shared'] / row['gen']:.0f}% |")
+    print(f"| generation-cache reuse (scoring extra) | {row['reuse']:.3f} | "
+          f"{row['naive'] / row['reuse']:.1f}x | {100 * row['reuse'] / row['gen']:.0f}% |")
+    print(f"| Direct+RAG generation alone | {row['gen']:.3f} | - | 100% |")
+    print(f"\nmax |log-likelihood difference| vs naive: {row['diff']:.2e}")
+
+
+def demo_peak_memory(limit: int) -> float:
+    """Peak resident memory (GB) of `trustmargin demo --limit N` in a child process."""
+    subprocess.run([sys.executable, "-m", "trustmargin_integrations", "demo", "--limit",
+                    str(limit)], check=True, stdout=subprocess.DEVNULL)
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024 / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--questions", type=int, default=4)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[500, 1000, 2000])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--demo-memory", action="store_true",
+                        help="also run `trustmargin demo` and report its peak memory")
+    args = parser.parse_args()
+
+    backend = HFBackend.load(args.model, device="cpu", dtype="float32")
+    index = BM25Index.build(load_corpus(DATA / "hipporag" / "2wikimultihopqa_corpus.json"))
+    records = json.loads((DATA / "trustmargin" / "2wikimultihopqa_dev.json").read_text())
+    questions = [r["question"] for r in records[: args.questions]]
+    # One untimed pass so lazy initialisation does not land in the first measurement.
+    measure(backend, 256, questions[:1], index)
+    for size in args.sizes:
+        print_table(measure(backend, size, questions, index), len(questions))
+    if args.demo_memory:
+        print(f"\npeak memory of `trustmargin demo --limit 20`: {demo_peak_memory(20):.2f} GB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""The arbiter on the real model: decisions, shortcuts, audit record and bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from trustmargin_integrations import (
+    Decision,
+    InvalidInputError,
+    ModelLoadError,
+    TrustMargin,
+    TrustMarginConfig,
+)
+from trustmargin_integrations.backends.hf import HFBackend
+from trustmargin_integrations.margins import compute_margins, prefers_rag
+from trustmargin_integrations.schema import Passage
+
+PASSAGES = [
+    "The Zelvora Bridge was designed by the engineer Marta Okonkwo and opened in 1987.",
+    "Ferries crossed the Tarn Estuary before the bridge opened.",
+]
+
+
+def test_given_candidates_are_scored_and_decided_by_the_rule(tm: TrustMargin) -> None:
+    d = tm.arbitrate("Who designed the Zelvora Bridge?", PASSAGES,
+                     direct_answer="Gustave Eiffel", rag_answer="Marta Okonkwo")
+    assert not d.direct_generated and not d.rag_generated
+    assert d.direct_likelihoods and d.rag_likelihoods
+    recomputed = compute_margins(
+        d.direct_likelihoods.question_only, d.direct_likelihoods.question_context,
+        d.direct_likelihoods.context_only, d.rag_likelihoods.question_only,
+        d.rag_likelihoods.question_context, d.rag_likelihoods.context_only, 0.5)
+    assert d.m == pytest.approx(recomputed.m)
+    assert d.source == ("rag" if prefers_rag(recomputed.m, -1.5) else "direct")
+    # The evidence names Okonkwo, so the context must raise her likelihood over Eiffel's.
+    assert d.m_bind is not None and d.m_bind > 0
+    assert d.passages_used == 2 and d.model_id == "smollm2-135m"
+
+
+def test_generated_candidates_are_clean_short_answers(tm: TrustMargin) -> None:
+    d = tm.arbitrate("Who designed the Zelvora Bridge?", PASSAGES)
+    assert d.direct_generated and d.rag_generated
+    for answer in (d.direct_answer, d.rag_answer):
+        assert answer and "\n" not in answer and not answer.lower().startswith("answer:")
+        assert not answer.endswith(".")
+    assert d.timings.generate_rag_s > 0 and d.timings.total_s > 0
+
+
+def test_agree_shortcut_skips_scoring(tm: TrustMargin) -> None:
+    d = tm.arbitrate("Capital of France?", ["Paris is the capital of France."],
+                     direct_answer="Paris.", rag_answer="paris")
+    assert (d.source, d.reason, d.m) == ("agree", "answers_agree", None)
+    scored = TrustMargin(tm.backend, TrustMarginConfig(skip_scoring_when_agree=False)).arbitrate(
+        "Capital of France?", ["Paris is the capital of France."],
+        direct_answer="Paris.", rag_answer="paris")
+    assert scored.source == "agree" and scored.m is not None
+
+
+@pytest.mark.parametrize(
+    ("direct", "rag", "answer", "reason"),
+    [
+        ("Paris", "", "Paris", "rag_answer_blank"),
+        ("  ", "Lyon", "Lyon", "direct_answer_blank"),
+        ("", "", "", "both_answers_blank"),
+    ],
+)
+def test_blank_candidate_never_wins(tm: TrustMargin, direct: str, rag: str, answer: str,
+                                    reason: str) -> None:
+    d = tm.arbitrate("Capital of France?", ["Lyon is a city."], direct_answer=direct,
+                     rag_answer=rag)
+    assert (d.answer, d.reason, d.m) == (answer, reason, None)
+
+
+def test_decision_json_round_trip_and_independent_recomputation(
+    tm: TrustMargin, backend: HFBackend
+) -> None:
+    d = tm.arbitrate("Who designed the Zelvora Bridge?", PASSAGES, direct_answer="Eiffel",
+                     rag_answer="Marta Okonkwo", id="q1", include_prompts=True)
+    again = Decision.model_validate_json(d.model_dump_json())
+    assert again == d and again.id == "q1"
+    assert d.prompts is not None
+    # Anyone can recompute the six numbers with a plain forward pass from the record alone.
+    from trustmargin_integrations.backends.base import ContinuationRequest
+
+    ref = backend.score_continuations([
+        ContinuationRequest(d.prompts.question_only, d.rag_answer),
+        ContinuationRequest(d.prompts.context_only, d.direct_answer),
+    ])
+    assert d.rag_likelihoods and d.direct_likelihoods
+    assert ref[0].mean == pytest.approx(d.rag_likelihoods.question_only, abs=1e-4)
+    assert ref[1].mean == pytest.approx(d.direct_likelihoods.context_only, abs=1e-4)
+    assert tm.arbitrate("q?", ["p"], "a", "b").prompts is None  # off by default
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"question": "", "passages": ["p"]}, "question"),
+        ({"question": " \n\t", "passages": ["p"]}, "question"),
+        ({"question": 42, "passages": ["p"]}, "question"),
+        ({"question": "q?", "passages": []}, "passages"),
+        ({"question": "q?", "passages": "one passage as a string"}, "passages"),
+        ({"question": "q?", "passages": ["ok", 7]}, "passages[1]"),
+        ({"question": "q?", "passages": ["ok", "   "]}, "passages[1]"),
+        ({"question": "q?", "passages": ["p"], "direct_answer": 3}, "direct_answer"),
+    ],
+)
+def test_bad_input_names_the_field(tm: TrustMargin, kwargs: dict, field: str) -> None:
+    with pytest.raises(InvalidInputError) as info:
+        tm.arbitrate_batch([kwargs])
+    assert info.value.field == field
+    assert "Fix:" in str(info.value)
+
+
+def test_unknown_field_is_rejected_not_dropped(tm: TrustMargin) -> None:
+    with pytest.raises(InvalidInputError, match="passage_list"):
+        tm.arbitrate_batch([{"question": "q?", "passages": ["p"], "passage_list": ["x"]}])
+
+
+def test_context_over_budget_is_cut_and_recorded(backend: HFBackend) -> None:
+    tm = TrustMargin(backend, TrustMarginConfig(max_context_tokens=64))
+    long_passages = [f"Passage text number {i} " + "word " * 40 for i in range(5)]
+    d = tm.arbitrate("q?", long_passages, direct_answer="a", rag_answer="b")
+    assert d.passages_given == 5 and d.passages_used == 1 and d.context_tokens <= 64
+    assert any("used 1 of 5" in w for w in d.warnings)
+    huge = tm.arbitrate("q?", ["word " * 500], direct_answer="a", rag_answer="b")
+    assert huge.context_truncated and huge.context_tokens <= 64
+    assert any("cut to" in w for w in huge.warnings)
+
+
+def test_unicode_and_control_characters(tm: TrustMargin) -> None:
+    d = tm.arbitrate("Qui a conçu le pont\x00 Zelvora\x07? 橋", [PASSAGES[0] + " \x1b[31m"],
+                     direct_answer="Gustave Eiffel", rag_answer="Marta Okonkwo")
+    assert d.question == "Qui a conçu le pont Zelvora? 橋"
+    assert any(w.startswith("question: removed 2") for w in d.warnings)
+    assert any(w.startswith("passages[0]: removed 1") for w in d.warnings)
+    assert d.m is not None
+
+
+def test_passage_objects_are_accepted(tm: TrustMargin) -> None:
+    p = Passage(id="1", title="Zelvora Bridge", text=PASSAGES[0])
+    d = tm.arbitrate("Who designed it?", [p], direct_answer="x", rag_answer="Marta Okonkwo")
+    assert d.passages_used == 1
+
+
+def test_missing_model_path_is_a_clear_error() -> None:
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        HFBackend.load("./no/such/model-dir")
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        HFBackend.load("/tmp/definitely-missing.gguf")

@@ -1,0 +1,65 @@
+"""The embedded BM25 index over a real corpus (the shared 2Wiki paragraphs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trustmargin_integrations import BM25Index, InvalidInputError, Passage, load_corpus
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "data" / "raw" / "hipporag" / \
+    "2wikimultihopqa_corpus.json"
+
+
+@pytest.fixture(scope="module")
+def index() -> BM25Index:
+    return BM25Index.from_corpus(CORPUS)
+
+
+def test_search_finds_the_paragraph_by_its_title(index: BM25Index) -> None:
+    target = index.passages[1234]
+    hits = index.search(f"{target.title} {target.text[:80]}", k=5)
+    assert hits[0].id == target.id and hits[0].title == target.title
+    scores = [h.score for h in hits]
+    assert scores == sorted(scores, reverse=True) and all(s is not None and s > 0 for s in scores)
+
+
+def test_save_load_round_trip(index: BM25Index, tmp_path: Path) -> None:
+    index.save(tmp_path / "ix")
+    loaded = BM25Index.load(tmp_path / "ix")
+    assert len(loaded) == len(index) == 6119
+    query = "Which film came out first?"
+    assert [p.id for p in loaded.search(query, 10)] == [p.id for p in index.search(query, 10)]
+
+
+def test_batch_equals_single_and_k_is_capped() -> None:
+    small = BM25Index.build([Passage(id="a", title="Paris", text="Capital of France."),
+                             Passage(id="b", title="Berlin", text="Capital of Germany.")])
+    assert small.search_batch(["France", "Germany"], 1) == [small.search("France", 1),
+                                                           small.search("Germany", 1)]
+    assert [p.id for p in small.search("capital", 10)] in (["a", "b"], ["b", "a"])
+    assert small.search("zebra", 3) == []  # no zero-score filler hits
+
+
+def test_bad_queries_and_corpora(tmp_path: Path) -> None:
+    small = BM25Index.build([Passage(id="a", text="Capital of France.")])
+    with pytest.raises(InvalidInputError, match=r"queries\[0\]"):
+        small.search("  ", 3)
+    with pytest.raises(InvalidInputError, match="k: must be >= 1"):
+        small.search("France", 0)
+    with pytest.raises(InvalidInputError, match="indexable"):
+        BM25Index.build([Passage(id="x", text="x")])
+    with pytest.raises(InvalidInputError, match="no TrustMargin BM25 index"):
+        BM25Index.load(tmp_path)
+    bad = tmp_path / "c.jsonl"
+    bad.write_text(json.dumps({"title": "t", "text": "fine"}) + "\n{broken\n")
+    with pytest.raises(InvalidInputError, match=r"c.jsonl:2"):
+        load_corpus(bad)
+    missing = tmp_path / "m.json"
+    missing.write_text(json.dumps([{"title": "no text here"}]))
+    with pytest.raises(InvalidInputError, match=r"\[0\]\.text"):
+        load_corpus(missing)
+    with pytest.raises(InvalidInputError, match="does not exist"):
+        load_corpus(tmp_path / "absent.json")

@@ -1,0 +1,82 @@
+"""The three views equal the paper's appendix templates character for character."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from trustmargin_integrations.prompts import (
+    CONTEXT_ONLY_TEMPLATE,
+    QUESTION_CONTEXT_TEMPLATE,
+    QUESTION_ONLY_TEMPLATE,
+    build_context,
+    join_passages,
+    view_texts,
+)
+
+PAPER = Path(__file__).resolve().parents[2] / "shared" / "spec" / "trustmargin_paper.tex"
+
+
+def _appendix_block(title: str) -> str:
+    tex = PAPER.read_text(encoding="utf-8")
+    match = re.search(
+        r"title=" + re.escape(title)
+        + r"\]\s*\\begin\{Verbatim\}\[[^\]]*\]\n(.*?)\\end\{Verbatim\}",
+        tex, re.S,
+    )
+    assert match, f"appendix block {title!r} not found in the paper"
+    return match.group(1).rstrip("\n")
+
+
+@pytest.fixture(autouse=True)
+def _paper_present() -> None:
+    if not PAPER.is_file():
+        pytest.fail(f"the specification {PAPER} is missing; it lives in ../shared/spec")
+
+
+@pytest.mark.parametrize(
+    ("title", "template"),
+    [
+        ("Question-only Prompt", QUESTION_ONLY_TEMPLATE),
+        ("Question-Context Prompt", QUESTION_CONTEXT_TEMPLATE),
+        ("Context-only Scoring Prompt", CONTEXT_ONLY_TEMPLATE),
+    ],
+)
+def test_templates_equal_the_appendix(title: str, template: str) -> None:
+    assert template == _appendix_block(title)
+
+
+def test_context_concatenation_equals_the_appendix() -> None:
+    block = _appendix_block("Concatenated Context").splitlines()
+    ours = join_passages([f"{{passage_{i}}}" for i in range(20)]).splitlines()
+    assert block[:2] == ours[:2]
+    assert block[-1] == ours[-1]
+    assert block[2] == "..."
+
+
+def test_view_texts_fill_every_placeholder() -> None:
+    views = view_texts("Who? {not a field}", "Passage 0: a {brace}")
+    assert "Who? {not a field}" in views.question_only
+    assert "Passage 0: a {brace}" in views.question_context
+    assert "Who?" not in views.context_only
+    assert "{question}" not in views.question_context and "{context}" not in views.context_only
+
+
+def test_context_is_cut_on_a_passage_boundary() -> None:
+    words = lambda s: len(s.split())  # noqa: E731 - a whitespace tokenizer is enough here
+    passages = ["one two three", "four five six", "seven eight nine"]
+    built = build_context(passages, words, max_tokens=12)  # two passages take 10 words
+    assert built.passages_used == 2 and built.passages_given == 3
+    assert built.text == "Passage 0: one two three\nPassage 1: four five six"
+    assert not built.truncated and built.num_tokens == 10
+
+
+def test_first_passage_over_budget_is_truncated_and_says_so() -> None:
+    words = lambda s: len(s.split())  # noqa: E731
+    cut = lambda s, n: " ".join(s.split()[:n])  # noqa: E731
+    built = build_context(["a b c d e f g h i j"], words, max_tokens=5, truncate_tokens=cut)
+    assert built.truncated and built.passages_used == 1
+    assert built.num_tokens <= 5
+    assert built.text.startswith("Passage 0: a b")
