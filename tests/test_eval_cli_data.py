@@ -14,7 +14,9 @@ from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.cli import register
 from trustmargin_integrations.evaluation.datasets import load_dataset, load_examples
 
-DATA_DIR = Path(os.environ.get("TRUSTMARGIN_DATA", "/work/shared/data/raw"))
+# The benchmark data lies beside the repository (../shared/data/raw) unless told otherwise.
+DATA_DIR = Path(os.environ.get("TRUSTMARGIN_DATA")
+                or Path(__file__).resolve().parents[2] / "shared" / "data" / "raw")
 
 
 def _app() -> Typer:

@@ -4,8 +4,8 @@ Four ComplexWebQuestions questions with their real BM25 top-3 DPR-wiki passages 
 through the real SmolLM2 backend: resume after an interruption, replaying a grid cell from the
 cache versus recomputing it, the noise experiment and the rendered report.
 
-The benchmark files are read where they lie (``$TRUSTMARGIN_DATA``, by default the shared
-data folder of the development machine); they are never copied into the repository.
+The benchmark files are read where they lie (``$TRUSTMARGIN_DATA``, by default
+``../shared/data/raw`` beside the repository); they are never copied into the repository.
 """
 
 from __future__ import annotations
@@ -37,7 +37,9 @@ from trustmargin_integrations.evaluation.runner import (
     run_noise,
 )
 
-DATA_DIR = Path(os.environ.get("TRUSTMARGIN_DATA", "/work/shared/data/raw"))
+# The benchmark data lies beside the repository (../shared/data/raw) unless told otherwise.
+DATA_DIR = Path(os.environ.get("TRUSTMARGIN_DATA")
+                or Path(__file__).resolve().parents[2] / "shared" / "data" / "raw")
 N_QUESTIONS = 4
 BATCH = 2
 
