@@ -40,13 +40,26 @@ def _always(direct: str, rag: str) -> bool:
     return True
 
 
+def fill(backend: HFBackend, index: BM25Index, question: str, size: int) -> list[str]:
+    """BM25 passages in rank order, skipping any that would overflow ``size`` tokens, so
+    each context lands just under its target size."""
+    chosen: list[str] = []
+    used = 0
+    for passage in index.search(question, 200):
+        text = passage.as_context()
+        cost = backend.count_tokens(f"Passage {len(chosen)}: {text}") + 1
+        if used + cost <= size:
+            chosen.append(text)
+            used += cost
+    return chosen
+
+
 def measure(backend: HFBackend, size: int, questions: list[str], index: BM25Index) -> dict:
     """Per-question timings (seconds) and the worst disagreement for one context size."""
     tm = TrustMargin(backend, TrustMarginConfig(max_context_tokens=size, batch_size=1))
     naive, shared, reuse, gen, diffs, ctx = [], [], [], [], [], []
     for q in questions:
-        passages = [p.as_context() for p in index.search(q, 60)]
-        prepared = tm.prepare({"question": q, "passages": passages})
+        prepared = tm.prepare({"question": q, "passages": fill(backend, index, q, size)})
         ctx.append(prepared.context.num_tokens)
         views = prepared.views
 

@@ -16,8 +16,6 @@ generator treat the threshold as a starting point and re-check it on your own da
 
 from __future__ import annotations
 
-import threading
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -264,8 +262,7 @@ class TrustMarginRouter(RunnableSerializable[TrustMarginInput, Decision]):
         return [cast("Decision | Exception", o) for o in out]
 
     def _arbitrate(self, items: list[dict[str, Any]]) -> list[Decision]:
-        with _lock_for(self.tm.backend):
-            return self.tm.arbitrate_batch(items, include_prompts=self.include_prompts)
+        return self.tm.arbitrate_batch(items, include_prompts=self.include_prompts)
 
     def _route_one(self, value: Any) -> Decision:
         result = self._route([value])[0]
@@ -330,20 +327,6 @@ class BM25Retriever(BaseRetriever):
         ]
 
 
-# Two chain branches may call one backend from two threads at once; the backend keeps
-# no promise of thread safety, so calls into the same backend are serialized.
-_BACKEND_LOCKS: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
-_LOCKS_GUARD = threading.Lock()
-
-
-def _lock_for(backend: Any) -> threading.Lock:
-    with _LOCKS_GUARD:
-        lock = _BACKEND_LOCKS.get(backend)
-        if lock is None:
-            lock = _BACKEND_LOCKS[backend] = threading.Lock()
-        return lock
-
-
 class LocalLLM(LLM):
     """A LangChain LLM on a local TrustMargin backend (greedy decoding, chat template on).
 
@@ -377,8 +360,7 @@ class LocalLLM(LLM):
                   ) -> LLMResult:
         backend = cast(Backend, self.backend)
         rendered = [backend.render_prompt(p) for p in prompts]
-        with _lock_for(backend):
-            texts = backend.generate(rendered, self.max_new_tokens)
+        texts = backend.generate(rendered, self.max_new_tokens)
         return LLMResult(generations=[[Generation(text=_cut_at_stop(t, stop))] for t in texts])
 
     def _call(self, prompt: str, stop: list[str] | None = None,

@@ -15,8 +15,6 @@ paper's ``tau = -1.5`` is calibrated for same-model candidates, so re-check it o
 from __future__ import annotations
 
 import asyncio
-import threading
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,20 +57,6 @@ __all__ = [
 
 METADATA_KEY = "trustmargin"
 """The one key of ``Response.metadata`` this adapter writes: the :class:`Decision`."""
-
-# One model must not run two forward passes from two threads at once (the async path scores
-# in a worker thread while the event loop may be generating), so calls are serialized.
-_BACKEND_LOCKS: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
-_LOCKS_GUARD = threading.Lock()
-
-
-def _lock_for(backend: Any) -> threading.Lock:
-    with _LOCKS_GUARD:
-        lock = _BACKEND_LOCKS.get(backend)
-        if lock is None:
-            lock = _BACKEND_LOCKS[backend] = threading.Lock()
-        return lock
-
 
 def node_to_passage(node: NodeWithScore) -> str:
     """The passage text the scorer sees for a node: ``title: text`` when titled.
@@ -167,8 +151,7 @@ class TrustMarginPostprocessor:
         return item, rag_response
 
     def _arbitrate(self, item: dict[str, Any]) -> Decision:
-        with _lock_for(self.tm.backend):
-            return self.tm.arbitrate_batch([item], include_prompts=self.include_prompts)[0]
+        return self.tm.arbitrate_batch([item], include_prompts=self.include_prompts)[0]
 
     @staticmethod
     def _result(decision: Decision, rag: Response) -> Response:
@@ -340,8 +323,7 @@ class LocalLLM(CustomLLM):
 
     def _generate(self, prompt: str) -> str:
         backend: Backend = self.backend
-        with _lock_for(backend):
-            return backend.generate([backend.render_prompt(prompt)], self.max_new_tokens)[0]
+        return backend.generate([backend.render_prompt(prompt)], self.max_new_tokens)[0]
 
     @llm_completion_callback()
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any

@@ -5,13 +5,14 @@ The fast path works on a batch of questions at once:
 1. The question-only prompts are prefilled (and the Direct answers greedily generated) in one
    left-padded batch; the question-context prompts likewise for the RAG answers. Each batch
    keeps its KV cache, cropped back to the prompts.
-2. Every scoring view is a *branch* off one of those caches: a number of visible prompt tokens,
-   a few tokens to feed, and the answer tokens to score. The question-context and
-   context-only views share the passage prefix, so the context-only view is a branch off the
+2. Every scoring view is a *stem* off one of those caches: a number of visible prompt tokens,
+   a few tokens to feed, then both answers as children. The question-context and
+   context-only views share the passage prefix, so the context-only view is a stem off the
    question-context cache that sees only the shared prefix and feeds its own short tail.
-3. All branches of a row are packed into one short sequence after the cached prompt and run in
-   a single forward pass with a tree-shaped 4D attention mask (each branch sees its visible
-   prompt part and itself), so no cache is copied and no prefix is recomputed.
+3. All stems of a row are packed into one short sequence after the cached prompt and run in
+   a single forward pass with a tree-shaped 4D attention mask (each token sees its visible
+   prompt part, its stem and itself), so no cache is copied and no prefix is recomputed; the
+   vocabulary projection runs only where an answer token is predicted.
 
 ``score_continuations`` is the plain reference: one full forward pass per sequence. The fast
 path agrees with it to about 1e-6 in fp32 (tests hold it to 1e-4).
@@ -20,6 +21,7 @@ path agrees with it to about 1e-6 in fp32 (tests hold it to 1e-4).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -71,16 +73,22 @@ def pick_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.d
 
 
 @dataclass(frozen=True)
-class Branch:
-    """One scoring branch off a cached prompt.
+class Stem:
+    """Tokens fed after a cached prompt, with several answers scored as children.
 
-    The branch sees the first ``visible`` real tokens of the cached prompt, then ``feed``
-    (at least one token, whose last logits predict the first target token), then ``target``.
+    The stem sees the first ``visible`` real tokens of the cached prompt, then its own
+    ``feed`` tokens (at least one; the last one's logits predict each answer's first token).
+    Every target sees the prompt part and the whole feed, but not the other targets.
     """
 
     visible: int
     feed: tuple[int, ...]
-    target: tuple[int, ...]
+    targets: tuple[tuple[int, ...], ...]
+
+    @property
+    def length(self) -> int:
+        """Tokens the stem occupies in the packed sequence."""
+        return len(self.feed) + sum(len(t) for t in self.targets)
 
 
 @dataclass
@@ -115,6 +123,9 @@ class HFBackend:
 
     def __init__(self, model: Any, tokenizer: Any, model_id: str, *, fast: bool = True) -> None:
         self.model = model.eval()
+        # One model must not run two forward passes at once (LCEL runs parallel branches in
+        # threads; async adapters score in worker threads), so model calls are serialized.
+        self._lock = threading.RLock()
         self.tokenizer = tokenizer
         self.model_id = model_id
         self.fast = fast
@@ -190,11 +201,15 @@ class HFBackend:
 
     # -- reference path ---------------------------------------------------------------------
 
-    @torch.inference_mode()
     def score_continuations(
         self, requests: Sequence[ContinuationRequest]
     ) -> list[ContinuationScore]:
         """One plain forward pass per (prompt + continuation): the reference semantics."""
+        with self._lock:
+            return self._score_plain(requests)
+
+    @torch.inference_mode()
+    def _score_plain(self, requests: Sequence[ContinuationRequest]) -> list[ContinuationScore]:
         out = []
         for req in requests:
             prompt, answer = self.encode_prompt(req.prompt), self.encode_answer(req.continuation)
@@ -212,7 +227,9 @@ class HFBackend:
 
     def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
         """Greedy continuations (stopping at EOS or once the first answer line is complete)."""
-        batch = self._prefill([self.encode_prompt(p) for p in prompts], max_new_tokens)
+        encoded = [self.encode_prompt(p) for p in prompts]
+        with self._lock:
+            batch = self._prefill(encoded, max_new_tokens)
         return [self._decode(ids) for ids in batch.generated]
 
     def _decode(self, ids: Sequence[int]) -> str:
@@ -267,53 +284,73 @@ class HFBackend:
     # -- fast scoring -----------------------------------------------------------------------
 
     @torch.inference_mode()
-    def _score_branches(
-        self, batch: PrefilledBatch, rows: list[int], branches: list[list[Branch]]
+    def _score_stems(
+        self, batch: PrefilledBatch, rows: list[int], stems: list[list[Stem]]
     ) -> list[list[ContinuationScore]]:
-        """Score every branch of the selected rows in one forward pass over the cache.
+        """Score every target of every stem of the selected rows in one forward pass.
 
-        The cache is consumed (it grows by the branch tokens).
+        Each row's stems are packed into one short sequence after its cached prompt; a 4D
+        attention mask gives every token exactly the context it has in a plain forward pass.
+        The cache is consumed (it grows by the packed tokens).
         """
         cache = batch.cache
         if len(rows) != len(batch.pads):
             cache.batch_select_indices(torch.tensor(rows, device=self.device))
         pads = [batch.pads[r] for r in rows]
         width = batch.width
-        seqs = [[t for b in row for t in (*b.feed, *b.target)] for row in branches]
-        span = max(len(s) for s in seqs)
+        span = max(sum(stem.length for stem in row) for row in stems)
         n = len(rows)
         ids = torch.full((n, span), self._pad, dtype=torch.long)
         positions = torch.zeros((n, span), dtype=torch.long)
         allowed = torch.zeros((n, 1, span, width + span), dtype=torch.bool)
-        for r, row in enumerate(branches):
-            start = 0
-            for b in row:
-                length = len(b.feed) + len(b.target)
-                stop = start + length
-                ids[r, start:stop] = torch.tensor([*b.feed, *b.target])
-                positions[r, start:stop] = torch.arange(b.visible, b.visible + length)
-                allowed[r, 0, start:stop, pads[r]:pads[r] + b.visible] = True
-                block = torch.ones((length, length), dtype=torch.bool).tril()
-                allowed[r, 0, start:stop, width + start:width + stop] = block
-                start = stop
+        # (row, stem, target) -> packed positions whose logits predict that target's tokens.
+        predictors: list[list[list[list[int]]]] = []
+        for r, row in enumerate(stems):
+            start, row_predictors = 0, []
+            for stem in row:
+                feed_end = start + len(stem.feed)
+                ids[r, start:feed_end] = torch.tensor(stem.feed)
+                positions[r, start:feed_end] = torch.arange(stem.visible, stem.visible
+                                                            + len(stem.feed))
+                allowed[r, 0, start:start + stem.length, pads[r]:pads[r] + stem.visible] = True
+                allowed[r, 0, start:feed_end, width + start:width + feed_end] = torch.ones(
+                    (len(stem.feed), len(stem.feed)), dtype=torch.bool).tril()
+                cursor, stem_predictors = feed_end, []
+                for target in stem.targets:
+                    stop = cursor + len(target)
+                    ids[r, cursor:stop] = torch.tensor(target)
+                    positions[r, cursor:stop] = torch.arange(
+                        stem.visible + len(stem.feed), stem.visible + len(stem.feed)
+                        + len(target))
+                    allowed[r, 0, cursor:stop, width + start:width + feed_end] = True
+                    allowed[r, 0, cursor:stop, width + cursor:width + stop] = torch.ones(
+                        (len(target), len(target)), dtype=torch.bool).tril()
+                    stem_predictors.append([feed_end - 1, *range(cursor, stop - 1)])
+                    cursor = stop
+                row_predictors.append(stem_predictors)
+                start = cursor
             for q in range(start, span):
                 # Padding queries see only themselves, which keeps softmax finite.
                 allowed[r, 0, q, width + q] = True
+            predictors.append(row_predictors)
+        # Only positions that predict an answer token need the vocabulary projection.
+        needed = sorted({p for row in predictors for stem in row for t in stem for p in t})
+        column = {p: i for i, p in enumerate(needed)}
         mask = allowed if self._bool_masks() else self._additive(allowed)
         logits = self.model(
             input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
             position_ids=positions.to(self.device), past_key_values=cache, use_cache=True,
+            logits_to_keep=torch.tensor(needed, device=self.device),
         ).logits
         results: list[list[ContinuationScore]] = []
-        for r, row in enumerate(branches):
-            scores, start = [], 0
-            for b in row:
-                first = start + len(b.feed) - 1
-                picked = logits[r, first:first + len(b.target)].float().log_softmax(-1)
-                target = torch.tensor(b.target, device=self.device)[:, None]
-                scores.append(ContinuationScore(float(picked.gather(1, target).sum()),
-                                                len(b.target)))
-                start += len(b.feed) + len(b.target)
+        for r, row in enumerate(stems):
+            scores = []
+            for stem, stem_predictors in zip(row, predictors[r], strict=True):
+                for target, where in zip(stem.targets, stem_predictors, strict=True):
+                    cols = torch.tensor([column[p] for p in where], device=self.device)
+                    logprobs = logits[r, cols].float().log_softmax(-1)
+                    picked = logprobs.gather(1, torch.tensor(target, device=self.device)[:, None])
+                    scores.append(ContinuationScore(float(picked.sum()), len(target)))
             results.append(scores)
         return results
 
@@ -334,6 +371,18 @@ class HFBackend:
         needs_scoring: ScoringFilter,
     ) -> list[JobResult]:
         """Generate missing candidates and score six likelihoods, sharing prefixes and caches."""
+        with self._lock:
+            return self._run_jobs(jobs, max_new_tokens=max_new_tokens, clean=clean,
+                                  needs_scoring=needs_scoring)
+
+    def _run_jobs(
+        self,
+        jobs: Sequence[ScoringJob],
+        *,
+        max_new_tokens: int,
+        clean: AnswerCleaner,
+        needs_scoring: ScoringFilter,
+    ) -> list[JobResult]:
         if not self.fast:
             return run_jobs_plain(self, jobs, max_new_tokens=max_new_tokens, clean=clean,
                                   needs_scoring=needs_scoring)
@@ -378,10 +427,10 @@ class HFBackend:
             if not keep:
                 continue
             start = time.perf_counter()
-            trees = [self._branches(cand, q_ids[rows[n]], qc_ids[rows[n]],
-                                    self.encode_prompt(jobs[rows[n]].views.context_only),
-                                    *answers[rows[n]]) for n in keep]
-            scores = self._score_branches(batch, keep, [t[1] for t in trees])
+            trees = [self._stems(cand, q_ids[rows[n]], qc_ids[rows[n]],
+                                 self.encode_prompt(jobs[rows[n]].views.context_only),
+                                 *answers[rows[n]]) for n in keep]
+            scores = self._score_stems(batch, keep, [t[1] for t in trees])
             share = (time.perf_counter() - start) / len(keep)
             for n, (keys, _), row_scores in zip(keep, trees, scores, strict=True):
                 result = results[rows[n]]
@@ -390,26 +439,24 @@ class HFBackend:
         return results
 
     @staticmethod
-    def _branches(
+    def _stems(
         family: str,
         q_ids: list[int],
         qc_ids: list[int],
         co_ids: list[int],
         direct: tuple[int, ...],
         rag: tuple[int, ...],
-    ) -> tuple[list[tuple[str, str]], list[Branch]]:
-        """The branches one cached prompt serves: 2 for question-only, 4 for the context views."""
+    ) -> tuple[list[tuple[str, str]], list[Stem]]:
+        """What one cached prompt scores: the question-only view off the Direct cache; the
+        question+context and context-only views off the RAG cache, the latter seeing only
+        the token prefix both prompts share and feeding its own short tail."""
         if family == "direct":
-            tail = (q_ids[-1],)
             keys = [("direct", "question_only"), ("rag", "question_only")]
-            return keys, [Branch(len(q_ids) - 1, tail, direct), Branch(len(q_ids) - 1, tail, rag)]
+            return keys, [Stem(len(q_ids) - 1, (q_ids[-1],), (direct, rag))]
         shared = min(common_prefix_length(qc_ids, co_ids), len(co_ids) - 1, len(qc_ids) - 1)
-        qc_tail, co_tail = (qc_ids[-1],), tuple(co_ids[shared:])
         keys = [("direct", "question_context"), ("rag", "question_context"),
                 ("direct", "context_only"), ("rag", "context_only")]
         return keys, [
-            Branch(len(qc_ids) - 1, qc_tail, direct),
-            Branch(len(qc_ids) - 1, qc_tail, rag),
-            Branch(shared, co_tail, direct),
-            Branch(shared, co_tail, rag),
+            Stem(len(qc_ids) - 1, (qc_ids[-1],), (direct, rag)),
+            Stem(shared, tuple(co_ids[shared:]), (direct, rag)),
         ]
