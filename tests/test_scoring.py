@@ -101,3 +101,16 @@ def test_generation_is_deterministic_and_batch_invariant(backend: HFBackend) -> 
     first = backend.generate(prompts, max_new_tokens=12)
     assert first == backend.generate(prompts, max_new_tokens=12)
     assert first == [backend.generate([p], max_new_tokens=12)[0] for p in prompts]
+
+
+def test_eager_attention_uses_an_additive_mask_and_still_agrees(
+    tm: TrustMargin, backend: HFBackend
+) -> None:
+    config = backend.model.config
+    before = config._attn_implementation
+    config._attn_implementation = "eager"  # the kernel some models only have
+    try:
+        assert not backend._bool_masks()
+        _assert_matches_reference(tm, backend, _cwq(3))
+    finally:
+        config._attn_implementation = before

@@ -159,10 +159,17 @@ class HFBackend:
         torch_dtype = pick_dtype(dtype, dev)
         try:
             tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
-            lm = AutoModelForCausalLM.from_pretrained(
-                source, dtype=torch_dtype, trust_remote_code=trust_remote_code,
-                attn_implementation="sdpa",
-            )
+            try:
+                # The tree-masked scoring pass needs an attention kernel that takes a 4D mask.
+                lm = AutoModelForCausalLM.from_pretrained(
+                    source, dtype=torch_dtype, trust_remote_code=trust_remote_code,
+                    attn_implementation="sdpa",
+                )
+            except ValueError:
+                lm = AutoModelForCausalLM.from_pretrained(
+                    source, dtype=torch_dtype, trust_remote_code=trust_remote_code,
+                    attn_implementation="eager",
+                )
         except OSError as exc:
             raise ModelLoadError(f"could not load model {model!r}: {exc}. Fix: check the id or "
                                  "path; hub ids need network access") from exc
