@@ -2,14 +2,18 @@
 
 The server runs the embedded SmolLM2-135M GGUF *quantized* (Q4_1 kernels); the local backend
 runs the same file dequantized to fp32 in transformers. Their log-likelihoods therefore differ
-by quantization noise. Measured on this model (benchmarks/remote.py agreement, 12
-ComplexWebQuestions questions, docs/scale_out.md) the per-token gap is small next to the
-margins the rule thresholds; the tests hold every length-normalized likelihood to
-``LIKELIHOOD_TOL`` and require the same decision.
+by quantization noise. Measured with ``benchmarks/remote.py agreement`` on 12 real
+ComplexWebQuestions questions (PRAG's BM25 passages, context cut to 128 tokens; 144
+likelihoods): |delta l| mean 0.015, 95th percentile 0.054, max 0.105 nats per token;
+|delta M| max 0.030; decisions 12/12 identical (docs/scale_out.md). The tests allow
+``LIKELIHOOD_TOL = 0.25`` per length-normalized likelihood (2.4x the largest measured gap)
+and ``MARGIN_TOL = 0.25`` on M (8x), and require the same decision.
 
-The retry / backoff / concurrency tests use ``httpx.MockTransport``: a real server cannot be
-made to answer 429 or 503 on demand, so those few tests fake the HTTP layer and say so.
-Everything else talks to the real server.
+The retry / backoff / concurrency / response-parsing tests and the request-order test use
+``httpx.MockTransport``: a real server cannot be made to answer 429, 503, a timeout or a
+malformed body on demand, and the order test needs many requests answered instantly. Those
+tests fake the HTTP layer (they sit under their own heading); everything else talks to the
+real server.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from trustmargin_integrations.models import REGISTRY
 
 LIKELIHOOD_TOL = 0.25
 """Largest allowed |l_remote - l_local| per length-normalized likelihood (nats per token)."""
-MARGIN_TOL = 0.5
+MARGIN_TOL = 0.25
 """Largest allowed |M_remote - M_local|."""
 
 SECRET_KEY = "sk-test-8c1e5f0d-never-print"
