@@ -143,8 +143,9 @@ class OpenAICompatBackend:
         backoff_s: first retry delay; doubled per retry, with jitter, capped at 30 s.
         model_id: the name recorded in every Decision (default: ``model``).
         renderer: a function that applies the chat template; default: the tokenizer's.
-        extra_body: extra JSON fields for every request (e.g. vLLM's
-            ``{"add_special_tokens": False}``).
+        extra_body: extra JSON fields for every request (server-specific options); they
+            override the defaults, e.g. ``{"add_special_tokens": True}``.
+        transport: an ``httpx`` transport to use instead of the network (proxies, tests).
 
     Example:
         >>> backend = OpenAICompatBackend("http://127.0.0.1:8000", "smollm2",  # doctest: +SKIP
