@@ -86,17 +86,21 @@ def noise_curves(levels_by_dataset: Mapping[str, Sequence[NoiseLevel]], out: str
                  title: str) -> Path:
     """RAG-selection rate (left) and F1 (right) against the number of passages replaced."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(9.5, 3.8))
-    for name, levels in levels_by_dataset.items():
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for n, (name, levels) in enumerate(levels_by_dataset.items()):
+        color = colors[n % len(colors)]  # one color per dataset; line style per method
         xs = [lv.n_replaced for lv in levels]
         rates = [lv.rag_selection_rate if lv.rag_selection_rate is not None else float("nan")
                  for lv in levels]
-        left.plot(xs, rates, marker="o", label=name)
-        right.plot(xs, [lv.f1_rag for lv in levels], marker="s", linestyle="--",
-                   label=f"{name} BM25-RAG")
-        right.plot(xs, [lv.f1_trustmargin for lv in levels], marker="o",
+        left.plot(xs, rates, marker="o", color=color, label=name)
+        right.plot(xs, [lv.f1_trustmargin for lv in levels], marker="o", color=color,
                    label=f"{name} TrustMargin")
-        right.plot(xs, [lv.f1_direct for lv in levels], linestyle=":",
+        right.plot(xs, [lv.f1_rag for lv in levels], marker="s", linestyle="--", color=color,
+                   label=f"{name} BM25-RAG")
+        right.plot(xs, [lv.f1_direct for lv in levels], linestyle=":", color=color,
                    label=f"{name} Direct")
+        for ax in (left, right):
+            ax.set_xticks(xs)
     left.set_xlabel("passages replaced by random ones")
     left.set_ylabel("RAG selected (% of disagreements)")
     left.set_ylim(0, 100)
