@@ -80,3 +80,17 @@ def test_score_rejects_a_record_without_candidates(tmp_path: Path) -> None:
     result = runner.invoke(app, ["score", "-i", str(src), "-o", str(tmp_path / "o.jsonl")])
     assert result.exit_code != 0
     assert "rag_answer" in str(result.exception)
+
+
+def test_retrieval_sources_are_exclusive_and_es_errors_are_clear(tmp_path: Path) -> None:
+    both = runner.invoke(app, ["index", "--corpus", "c.json"])
+    assert both.exit_code != 0 and "--out/--elasticsearch" in str(both.exception)
+    two = runner.invoke(app, ["ask", "q?", "--corpus", "c.json", "--index", "ix"])
+    assert two.exit_code != 0 and "exactly one" in str(two.exception)
+    # A real connection attempt to a closed loopback port: the error names the server, and
+    # the password given in the URL never appears in it.
+    down = runner.invoke(app, ["ask", "q?", "--elasticsearch",
+                               "http://elastic:s3cret@127.0.0.1:9"])
+    assert down.exit_code != 0
+    message = str(down.exception)
+    assert "127.0.0.1:9" in message and "s3cret" not in message

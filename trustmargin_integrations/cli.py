@@ -40,12 +40,31 @@ PromptsOpt = Annotated[bool, typer.Option(
     help="Attach the exact rendered prompt of each view to every decision.")]
 
 
-def _load(model: str, device: str | None, dtype: str | None, **config: Any) -> Any:
+RemoteUrlOpt = Annotated[str | None, typer.Option(
+    "--remote-url",
+    help="Score and generate on an OpenAI-compatible server (vLLM, llama.cpp) instead of "
+         "loading the model here; --model then names its tokenizer (HF id or directory).")]
+RemoteModelOpt = Annotated[str | None, typer.Option(
+    "--remote-model", help="The model name the server serves (default: --model).")]
+ConcurrencyOpt = Annotated[int, typer.Option(min=1, help="Requests in flight to the server.")]
+EsUrlOpt = Annotated[str | None, typer.Option(
+    "--elasticsearch", help="Elasticsearch URL (credentials: TRUSTMARGIN_ES_* variables).")]
+EsIndexOpt = Annotated[str, typer.Option("--es-index", help="Elasticsearch index name.")]
+
+
+def _load(model: str, device: str | None, dtype: str | None, *, remote_url: str | None = None,
+          remote_model: str | None = None, concurrency: int = 8, **config: Any) -> Any:
     from trustmargin_integrations.arbiter import TrustMargin
 
+    settings = TrustMarginConfig(**config)
+    if remote_url:
+        from trustmargin_integrations.backends.openai_compat import OpenAICompatBackend
+
+        backend = OpenAICompatBackend(remote_url, remote_model or model, tokenizer=model,
+                                      max_concurrency=concurrency)
+        return TrustMargin(backend, settings)
     with console.status(f"loading {model} ..."):
-        return TrustMargin.from_pretrained(model, device=device, dtype=dtype,
-                                           config=TrustMarginConfig(**config))
+        return TrustMargin.from_pretrained(model, device=device, dtype=dtype, config=settings)
 
 
 def _short(text: str, width: int = 48) -> str:
@@ -90,12 +109,18 @@ def demo(
         console.print(f"decisions written to {output}")
 
 
-def _retriever(corpus: Path | None, index: Path | None) -> Any:
+def _retriever(corpus: Path | None, index: Path | None, elasticsearch: str | None = None,
+               es_index: str = "trustmargin") -> Any:
     from trustmargin_integrations.retrieval.bm25 import BM25Index
 
-    if (corpus is None) == (index is None):
-        raise InvalidInputError("--corpus/--index", "exactly one must be given",
-                                "pass --corpus FILE (indexed on the fly) or --index DIR")
+    if [corpus, index, elasticsearch].count(None) != 2:
+        raise InvalidInputError("--corpus/--index/--elasticsearch", "exactly one must be given",
+                                "pass --corpus FILE (indexed on the fly), --index DIR or "
+                                "--elasticsearch URL")
+    if elasticsearch:
+        from trustmargin_integrations.retrieval.elasticsearch import ElasticsearchRetriever
+
+        return ElasticsearchRetriever.connect(elasticsearch, index=es_index)
     return BM25Index.from_corpus(corpus) if corpus else BM25Index.load(index)  # type: ignore[arg-type]
 
 
@@ -106,6 +131,8 @@ def ask(
                       ] = None,
     index: Annotated[Path | None, typer.Option(help="A directory from `trustmargin index`.")
                      ] = None,
+    elasticsearch: EsUrlOpt = None,
+    es_index: EsIndexOpt = "trustmargin",
     top_k: TopKOpt = 3,
     direct_answer: Annotated[str | None, typer.Option(help="Use this Direct answer.")] = None,
     rag_answer: Annotated[str | None, typer.Option(help="Use this RAG answer.")] = None,
@@ -114,14 +141,18 @@ def ask(
     as_json: Annotated[bool, typer.Option("--json", help="Print the Decision as JSON.")] = False,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
+    remote_url: RemoteUrlOpt = None,
+    remote_model: RemoteModelOpt = None,
+    concurrency: ConcurrencyOpt = 8,
 ) -> None:
     """One question end to end: retrieve, both candidates, the margins, the decision."""
-    retriever = _retriever(corpus, index)
+    retriever = _retriever(corpus, index, elasticsearch, es_index)
     passages = retriever.search(question, top_k)
     if not passages:
         raise InvalidInputError("question", "matched no passage in the corpus",
                                 "rephrase it or index a corpus that covers it")
-    tm = _load(model, device, dtype, top_k=top_k)
+    tm = _load(model, device, dtype, remote_url=remote_url, remote_model=remote_model,
+               concurrency=concurrency, top_k=top_k)
     d = tm.arbitrate(question, [p.as_context() for p in passages], direct_answer, rag_answer,
                      include_prompts=include_prompts)
     if as_json:
@@ -129,7 +160,8 @@ def ask(
         return
     console.print(f"[bold]Question[/]  {d.question}")
     for i, p in enumerate(passages):
-        console.print(f"  passage {i} [dim]({p.title}, bm25 {p.score:.2f})[/] {p.text[:110]}")
+        score = "" if p.score is None else f", bm25 {p.score:.2f}"
+        console.print(f"  passage {i} [dim]({p.title}{score})[/] {p.text[:110]}")
     console.print(f"[bold]Direct[/]    {d.direct_answer!r}")
     console.print(f"[bold]RAG[/]       {d.rag_answer!r}")
     console.print(f"M_prior {_fmt(d.m_prior)}  M_bind {_fmt(d.m_bind)}  M {_fmt(d.m)}  "
@@ -201,6 +233,9 @@ def score(
     include_prompts: PromptsOpt = False,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
+    remote_url: RemoteUrlOpt = None,
+    remote_model: RemoteModelOpt = None,
+    concurrency: ConcurrencyOpt = 8,
 ) -> None:
     """Arbitrate given candidates (another system's outputs) without generating anything.
 
@@ -218,7 +253,8 @@ def score(
         console.print(f"resuming: {len(done)} decisions already in {output}, {len(todo)} to go")
     if not todo:
         return
-    tm = _load(model, device, dtype, batch_size=batch_size)
+    tm = _load(model, device, dtype, remote_url=remote_url, remote_model=remote_model,
+               concurrency=concurrency, batch_size=batch_size)
     from tqdm.auto import tqdm
 
     with tqdm(total=len(todo), desc="scoring", unit="q") as bar:
@@ -232,11 +268,29 @@ def score(
 
 @app.command(name="index")
 def index_cmd(
-    corpus: Annotated[Path, typer.Option(help="JSON/JSONL corpus of {title, text}.")],
-    out: Annotated[Path, typer.Option(help="Directory to write the BM25 index to.")],
+    corpus: Annotated[Path, typer.Option(
+        help="JSON/JSONL corpus of {title, text} (or DPR psgs_w100.tsv with --elasticsearch).")],
+    out: Annotated[Path | None, typer.Option(help="Directory to write the BM25 index to.")
+                   ] = None,
+    elasticsearch: EsUrlOpt = None,
+    es_index: EsIndexOpt = "trustmargin",
+    recreate: Annotated[bool, typer.Option(help="Drop and recreate the ES index first.")
+                        ] = False,
 ) -> None:
-    """Build the embedded BM25 index over a corpus file and save it."""
+    """Build the embedded BM25 index (--out DIR) or index into Elasticsearch (--elasticsearch)."""
     from trustmargin_integrations.retrieval.bm25 import BM25Index
+
+    if (out is None) == (elasticsearch is None):
+        raise InvalidInputError("--out/--elasticsearch", "exactly one must be given",
+                                "pass --out DIR for the embedded index or --elasticsearch URL")
+    if elasticsearch:
+        from trustmargin_integrations.retrieval.elasticsearch import index_command
+
+        report = index_command(corpus, elasticsearch, index=es_index, recreate=recreate)
+        console.print(f"indexed {report.indexed} passages into {report.index} "
+                      f"({report.failed} failed) in {report.seconds:.1f} s")
+        return
+    assert out is not None
 
     built = BM25Index.from_corpus(corpus, show_progress=True)
     built.save(out)

@@ -39,6 +39,7 @@ from trustmargin_integrations.backends.base import (
     ScoringJob,
     run_jobs_plain,
 )
+from trustmargin_integrations.backends.tokens import LocalTokenizerMixin
 from trustmargin_integrations.errors import BackendError, ModelLoadError
 
 logger = logging.getLogger(__name__)
@@ -111,7 +112,7 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
-class HFBackend:
+class HFBackend(LocalTokenizerMixin):
     """A local causal LM (transformers) implementing the Backend protocol.
 
     Args:
@@ -130,7 +131,7 @@ class HFBackend:
         self.model_id = model_id
         self.fast = fast
         self.device = next(model.parameters()).device
-        self._chat = bool(getattr(tokenizer, "chat_template", None))
+        self._chat = self.has_chat_template
         eos = {tokenizer.eos_token_id}
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         eos.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
@@ -177,34 +178,9 @@ class HFBackend:
 
     # -- text and tokens --------------------------------------------------------------------
 
-    def render_prompt(self, user_message: str) -> str:
-        """The user message inside the model's chat template, ready for generation."""
-        if not self._chat:
-            return user_message
-        return self.tokenizer.apply_chat_template(
-            [{"role": "user", "content": user_message}], tokenize=False,
-            add_generation_prompt=True,
-        )
-
     def encode_prompt(self, prompt: str) -> list[int]:
         """Prompt token ids (special tokens come from the chat template when there is one)."""
         return list(self.tokenizer(prompt, add_special_tokens=not self._chat).input_ids)
-
-    def encode_answer(self, answer: str) -> list[int]:
-        """Answer token ids, tokenized on their own as the paper does."""
-        return list(self.tokenizer(answer, add_special_tokens=False).input_ids)
-
-    def count_tokens(self, text: str) -> int:
-        """Tokens of ``text`` without special tokens."""
-        return len(self.encode_answer(text))
-
-    def truncate_tokens(self, text: str, max_tokens: int) -> str:
-        """The first ``max_tokens`` tokens of ``text``, decoded back to text."""
-        return self.tokenizer.decode(self.encode_answer(text)[:max_tokens])
-
-    def answer_token_count(self, answer: str) -> int:
-        """Tokens of a candidate answer as scored."""
-        return len(self.encode_answer(answer))
 
     # -- reference path ---------------------------------------------------------------------
 

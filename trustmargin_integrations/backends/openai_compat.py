@@ -55,6 +55,7 @@ from trustmargin_integrations.backends.base import (
     ScoringJob,
     run_jobs_plain,
 )
+from trustmargin_integrations.backends.tokens import LocalTokenizerMixin
 from trustmargin_integrations.errors import BackendError, InvalidInputError, ModelLoadError
 
 logger = logging.getLogger(__name__)
@@ -127,7 +128,7 @@ def _fold(text: str) -> str:
     return "".join(ch for ch in text if ch.isascii())
 
 
-class OpenAICompatBackend:
+class OpenAICompatBackend(LocalTokenizerMixin):
     """The Backend protocol over an OpenAI-compatible completions server.
 
     Args:
@@ -188,7 +189,7 @@ class OpenAICompatBackend:
         self.backoff_s = backoff_s
         self.extra_body = dict(extra_body or {})
         self._renderer = renderer
-        self._chat = bool(getattr(self.tokenizer, "chat_template", None))
+        self._chat = self.has_chat_template
         key = api_key if api_key is not None else os.environ.get(ENV_API_KEY)
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._client = httpx.Client(
@@ -224,33 +225,8 @@ class OpenAICompatBackend:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- text and tokens (local tokenizer) --------------------------------------------------
-
-    def render_prompt(self, user_message: str) -> str:
-        """The user message inside the chat template (the same rendering as the local backend)."""
-        if self._renderer is not None:
-            return self._renderer(user_message)
-        if not self._chat:
-            return user_message
-        return self.tokenizer.apply_chat_template(
-            [{"role": "user", "content": user_message}], tokenize=False,
-            add_generation_prompt=True,
-        )
-
-    def _encode(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False).input_ids)
-
-    def count_tokens(self, text: str) -> int:
-        """Tokens of ``text`` without special tokens."""
-        return len(self._encode(text))
-
-    def truncate_tokens(self, text: str, max_tokens: int) -> str:
-        """The first ``max_tokens`` tokens of ``text``, decoded back to text."""
-        return self.tokenizer.decode(self._encode(text)[:max_tokens])
-
-    def answer_token_count(self, answer: str) -> int:
-        """Tokens of a candidate answer as scored (tokenized on its own)."""
-        return len(self._encode(answer))
+    # Text and tokens (render_prompt, count_tokens, ...) come from LocalTokenizerMixin, so a
+    # remote model sees exactly the prompts and budgets the local backend would build.
 
     # -- HTTP -------------------------------------------------------------------------------
 
@@ -404,7 +380,7 @@ class OpenAICompatBackend:
 
         Tries llama-cpp-python's ``/extras/tokenize`` and vLLM's ``/tokenize``.
         """
-        local = self._encode(probe)
+        local = self.encode_answer(probe)
         for path, body in (("/extras/tokenize", {"input": probe}),
                            ("/tokenize", {"model": self.model, "prompt": probe,
                                           "add_special_tokens": False})):
