@@ -355,71 +355,60 @@ class HFBackend(LocalTokenizerMixin):
     ) -> list[JobResult]:
         """Generate missing candidates and score six likelihoods, sharing prefixes and caches."""
         with self._lock:
-            return self._run_jobs(jobs, max_new_tokens=max_new_tokens, clean=clean,
-                                  needs_scoring=needs_scoring)
-
-    def _run_jobs(
-        self,
-        jobs: Sequence[ScoringJob],
-        *,
-        max_new_tokens: int,
-        clean: AnswerCleaner,
-        needs_scoring: ScoringFilter,
-    ) -> list[JobResult]:
-        if not self.fast:
-            return run_jobs_plain(self, jobs, max_new_tokens=max_new_tokens, clean=clean,
-                                  needs_scoring=needs_scoring)
-        results = [JobResult(direct_answer=j.direct_answer or "", rag_answer=j.rag_answer or "")
-                   for j in jobs]
-        q_ids = [self.encode_prompt(j.views.question_only) for j in jobs]
-        qc_ids = [self.encode_prompt(j.views.question_context) for j in jobs]
-        families = {"direct": q_ids, "rag": qc_ids}
-        caches: list[tuple[str, list[int], PrefilledBatch]] = []
-        # Generation first: its caches are kept for scoring, and only once both answers are
-        # known can we tell which questions need scoring at all.
-        for cand, prompts in families.items():
-            rows = [i for i, j in enumerate(jobs) if getattr(j, f"{cand}_answer") is None]
-            if not rows:
-                continue
-            start = time.perf_counter()
-            batch = self._prefill([prompts[i] for i in rows], max_new_tokens)
-            share = (time.perf_counter() - start) / len(rows)
-            for i, gen in zip(rows, batch.generated, strict=True):
-                raw = self._decode(gen)
-                setattr(results[i], f"{cand}_raw", raw)
-                setattr(results[i], f"{cand}_answer", clean(raw))
-                setattr(results[i], f"generate_{cand}_s", share)
-            caches.append((cand, rows, batch))
-        scored = {i for i, r in enumerate(results) if needs_scoring(r.direct_answer,
-                                                                    r.rag_answer)}
-        for cand, prompts in families.items():
-            rows = [i for i, j in enumerate(jobs)
-                    if getattr(j, f"{cand}_answer") is not None and i in scored]
-            if rows:
+            if not self.fast:
+                return run_jobs_plain(self, jobs, max_new_tokens=max_new_tokens, clean=clean,
+                                      needs_scoring=needs_scoring)
+            results = [JobResult(direct_answer=j.direct_answer or "", rag_answer=j.rag_answer or "")
+                       for j in jobs]
+            q_ids = [self.encode_prompt(j.views.question_only) for j in jobs]
+            qc_ids = [self.encode_prompt(j.views.question_context) for j in jobs]
+            families = {"direct": q_ids, "rag": qc_ids}
+            caches: list[tuple[str, list[int], PrefilledBatch]] = []
+            # Generation first: its caches are kept for scoring, and only once both answers are
+            # known can we tell which questions need scoring at all.
+            for cand, prompts in families.items():
+                rows = [i for i, j in enumerate(jobs) if getattr(j, f"{cand}_answer") is None]
+                if not rows:
+                    continue
                 start = time.perf_counter()
-                caches.append((cand, rows, self._prefill([prompts[i] for i in rows], 0)))
+                batch = self._prefill([prompts[i] for i in rows], max_new_tokens)
                 share = (time.perf_counter() - start) / len(rows)
-                for i in rows:
-                    results[i].scoring_s += share
-        answers = {i: (tuple(self.encode_answer(results[i].direct_answer)),
-                       tuple(self.encode_answer(results[i].rag_answer))) for i in scored}
-        for i in scored:
-            results[i].scores = {}
-        for cand, rows, batch in caches:
-            keep = [n for n, i in enumerate(rows) if i in scored]
-            if not keep:
-                continue
-            start = time.perf_counter()
-            trees = [self._stems(cand, q_ids[rows[n]], qc_ids[rows[n]],
-                                 self.encode_prompt(jobs[rows[n]].views.context_only),
-                                 *answers[rows[n]]) for n in keep]
-            scores = self._score_stems(batch, keep, [t[1] for t in trees])
-            share = (time.perf_counter() - start) / len(keep)
-            for n, (keys, _), row_scores in zip(keep, trees, scores, strict=True):
-                result = results[rows[n]]
-                result.scores.update(dict(zip(keys, row_scores, strict=True)))  # type: ignore[union-attr]
-                result.scoring_s += share
-        return results
+                for i, gen in zip(rows, batch.generated, strict=True):
+                    raw = self._decode(gen)
+                    setattr(results[i], f"{cand}_raw", raw)
+                    setattr(results[i], f"{cand}_answer", clean(raw))
+                    setattr(results[i], f"generate_{cand}_s", share)
+                caches.append((cand, rows, batch))
+            scored = {i for i, r in enumerate(results) if needs_scoring(r.direct_answer,
+                                                                        r.rag_answer)}
+            for cand, prompts in families.items():
+                rows = [i for i, j in enumerate(jobs)
+                        if getattr(j, f"{cand}_answer") is not None and i in scored]
+                if rows:
+                    start = time.perf_counter()
+                    caches.append((cand, rows, self._prefill([prompts[i] for i in rows], 0)))
+                    share = (time.perf_counter() - start) / len(rows)
+                    for i in rows:
+                        results[i].scoring_s += share
+            answers = {i: (tuple(self.encode_answer(results[i].direct_answer)),
+                           tuple(self.encode_answer(results[i].rag_answer))) for i in scored}
+            for i in scored:
+                results[i].scores = {}
+            for cand, rows, batch in caches:
+                keep = [n for n, i in enumerate(rows) if i in scored]
+                if not keep:
+                    continue
+                start = time.perf_counter()
+                trees = [self._stems(cand, q_ids[rows[n]], qc_ids[rows[n]],
+                                     self.encode_prompt(jobs[rows[n]].views.context_only),
+                                     *answers[rows[n]]) for n in keep]
+                scores = self._score_stems(batch, keep, [t[1] for t in trees])
+                share = (time.perf_counter() - start) / len(keep)
+                for n, (keys, _), row_scores in zip(keep, trees, scores, strict=True):
+                    result = results[rows[n]]
+                    result.scores.update(dict(zip(keys, row_scores, strict=True)))  # type: ignore[union-attr]
+                    result.scoring_s += share
+            return results
 
     @staticmethod
     def _stems(
