@@ -29,9 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from trustmargin_integrations.arbiter import TrustMargin
-from trustmargin_integrations.backends.openai_compat import LlamaCppServer, OpenAICompatBackend
+from trustmargin_integrations.backends.openai_compat import OpenAICompatBackend
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.schema import Decision
+
+# The development server helper lives with the tests, not in the library.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from llama_cpp_server import LlamaCppServer
 
 DEFAULT_DATA = Path(os.environ.get("TRUSTMARGIN_DATA_DIR", "/work/shared/data/raw"))
 DEFAULT_FILE = DEFAULT_DATA / "prag" / "complexwebquestions_total.json"
@@ -76,7 +80,7 @@ def throughput(args: argparse.Namespace) -> None:
     questions = load_questions(args.data, args.questions, args.offset)
     tokenizer = local_tokenizer()
     rows = []
-    # One run_jobs call for all questions, so the in-flight bound is the only limit.
+    # One batch for all questions, so the in-flight bound is the only limit.
     config = TrustMarginConfig(max_context_tokens=args.context_tokens,
                                batch_size=len(questions))
     with server_url(args) as (url, model):

@@ -5,8 +5,10 @@ questions, retrieves BM25 passages from the shared 2Wiki paragraph corpus until 
 budget is full, and measures per question:
 
 * naive: six separate full forward passes (one per answer x view), like the paper's code;
-* shared prefix: candidates given, each prompt family prefilled once, views scored as branches;
-* cache reuse: both candidates generated here and scored on the caches generation built;
+* shared prefix: candidates given, so one model session scores all six with no generation
+  cache: the question+context prompt is prefilled once and the other views branch off it;
+* cache reuse: both candidates generated in the session, then scored on the caches that
+  generation built (the scoring call alone is timed);
 * generation: Direct + RAG greedy generation alone (the baseline cost of any RAG system);
 * max |difference| of the six log-likelihoods against the naive path.
 
@@ -28,16 +30,19 @@ import torch
 
 from trustmargin_integrations import TrustMargin, TrustMarginConfig
 from trustmargin_integrations.answers import clean_answer
-from trustmargin_integrations.backends.base import ScoringJob, scoring_requests
+from trustmargin_integrations.backends.base import ContinuationRequest
 from trustmargin_integrations.backends.hf import HFBackend
 from trustmargin_integrations.retrieval.bm25 import BM25Index
 from trustmargin_integrations.retrieval.corpus import load_corpus
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "raw"
+VIEWS = ("question_only", "question_context", "context_only")
 
 
-def _always(direct: str, rag: str) -> bool:
-    return True
+def six_requests(views: object, direct: str, rag: str) -> list[ContinuationRequest]:
+    """The six (answer x view) requests the arbiter sends for one question."""
+    return [ContinuationRequest(getattr(views, view), answer)
+            for answer in (direct, rag) for view in VIEWS]
 
 
 def fill(backend: HFBackend, index: BM25Index, question: str, size: int) -> list[str]:
@@ -68,23 +73,23 @@ def measure(backend: HFBackend, size: int, questions: list[str], index: BM25Inde
         rag = clean_answer(backend.generate([views.question_context], 20)[0])
         gen.append(time.perf_counter() - start)
 
-        reqs = scoring_requests(views, direct or "none", rag or "none")
+        reqs = six_requests(views, direct or "none", rag or "none")
         start = time.perf_counter()
-        reference = backend.score_continuations([r for _, r in reqs])
+        reference = backend.score_continuations(reqs)
         naive.append(time.perf_counter() - start)
 
-        job = ScoringJob(views, direct or "none", rag or "none")
         start = time.perf_counter()
-        fast = backend.run_jobs([job], max_new_tokens=20, clean=clean_answer,
-                                needs_scoring=_always)[0]
+        with backend.session() as session:
+            fast = session.score(reqs)
         shared.append(time.perf_counter() - start)
-        assert fast.scores is not None
-        diffs.append(max(abs(fast.scores[key].mean - ref.mean)
-                         for (key, _), ref in zip(reqs, reference, strict=True)))
+        diffs.append(max(abs(f.mean - ref.mean) for f, ref in zip(fast, reference, strict=True)))
 
-        both = backend.run_jobs([ScoringJob(views, None, None)], max_new_tokens=20,
-                                clean=clean_answer, needs_scoring=_always)[0]
-        reuse.append(both.scoring_s)
+        with backend.session() as session:
+            d = clean_answer(session.generate([views.question_only], 20)[0]) or "none"
+            r = clean_answer(session.generate([views.question_context], 20)[0]) or "none"
+            start = time.perf_counter()
+            session.score(six_requests(views, d, r))
+            reuse.append(time.perf_counter() - start)
     mean = statistics.mean
     return {"size": size, "ctx": mean(ctx), "naive": mean(naive), "shared": mean(shared),
             "reuse": mean(reuse), "gen": mean(gen), "diff": max(diffs)}

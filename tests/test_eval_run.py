@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +56,24 @@ class CountingBackend:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def run_jobs(self, jobs: Sequence[Any], **kwargs: Any) -> Any:
+    @contextmanager
+    def session(self) -> Iterator[Any]:
+        """Counts model sessions (one per batch) and the questions whose Direct answer each
+        generates (every question of a fresh eval batch gets one)."""
         self.calls += 1
-        self.questions += len(jobs)
-        return self.inner.run_jobs(jobs, **kwargs)
+        with self.inner.session() as inner:
+            outer = self
+
+            class Counted:
+                def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
+                    if any("CONTEXT" not in p for p in prompts):
+                        outer.questions += len(prompts)
+                    return inner.generate(prompts, max_new_tokens)
+
+                def score(self, requests: Sequence[Any]) -> Any:
+                    return inner.score(requests)
+
+            yield Counted()
 
 
 class InterruptedRunError(Exception):

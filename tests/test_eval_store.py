@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trustmargin_integrations.evaluation.store import CODE_VERSION, ResultStore, cache_key
+from trustmargin_integrations.store import CODE_VERSION, ResultStore, cache_key
 
 BASE = {
     "model_id": "smollm2-135m",

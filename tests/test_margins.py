@@ -1,38 +1,94 @@
-"""Margin arithmetic and the decision rule against hand-computed values."""
+"""The one decision rule (margins.py) against hand-computed values, and its three users:
+the arbiter's verdict, Decision.replay (the lambda x tau grid) and Decision.chose_rag."""
 
 from __future__ import annotations
 
 import pytest
 
-from trustmargin_integrations.margins import compute_margins, prefers_rag
+from trustmargin_integrations.margins import SETTLED, compute_margins, decide, settle
+from trustmargin_integrations.schema import Decision, ViewLikelihoods
+
+
+def views(q: float, qc: float, c: float) -> ViewLikelihoods:
+    return ViewLikelihoods(question_only=q, question_context=qc, context_only=c, num_tokens=3)
 
 
 def test_margins_match_hand_computation() -> None:
     # l_D(y_D)=-0.5, l_R(y_D)=-1.0, l_C(y_D)=-2.0 ; l_D(y_R)=-1.5, l_R(y_R)=-0.2, l_C(y_R)=-0.4
-    m = compute_margins(-0.5, -1.0, -2.0, -1.5, -0.2, -0.4, lambda_bind=0.5)
+    m = compute_margins(views(-0.5, -1.0, -2.0), views(-1.5, -0.2, -0.4), lambda_bind=0.5)
     assert m.m_prior == pytest.approx(-1.0)  # -1.5 - (-0.5)
     assert m.m_bind == pytest.approx(-0.8)  # (-0.2 + 0.4) - (-1.0 + 2.0) = 0.2 - 1.0
     assert m.m == pytest.approx(-1.4)  # -1.0 + 0.5 * -0.8
-    assert prefers_rag(m.m, tau=-1.5)
-    assert not prefers_rag(m.m, tau=-1.0)
+    assert decide(m.m_prior, m.m_bind, 0.5, tau=-1.5).choice == "rag"
+    assert decide(m.m_prior, m.m_bind, 0.5, tau=-1.0).choice == "direct"
 
 
 def test_lambda_weights_only_the_binding_margin() -> None:
-    base = compute_margins(-1, -1, -1, -2, -0.5, -1.5, lambda_bind=0.0)
+    base = compute_margins(views(-1, -1, -1), views(-2, -0.5, -1.5), lambda_bind=0.0)
     assert base.m == pytest.approx(base.m_prior) == pytest.approx(-1.0)
-    weighted = compute_margins(-1, -1, -1, -2, -0.5, -1.5, lambda_bind=2.0)
+    weighted = compute_margins(views(-1, -1, -1), views(-2, -0.5, -1.5), lambda_bind=2.0)
     assert weighted.m_bind == pytest.approx(1.0)
     assert weighted.m == pytest.approx(-1.0 + 2.0 * 1.0)
 
 
 def test_tie_at_tau_keeps_direct() -> None:
     # M exactly equal to tau must keep the Direct answer (strict inequality in the paper).
-    m = compute_margins(-1.0, -1.0, -1.0, -2.5, -1.0, -1.0, lambda_bind=0.5)
-    assert m.m == -1.5
-    assert not prefers_rag(m.m, tau=-1.5)
-    assert prefers_rag(m.m + 1e-9, tau=-1.5)
+    verdict = decide(-1.5, 0.0, 0.5, tau=-1.5)
+    assert (verdict.choice, verdict.reason) == ("direct", "margin_at_or_below_tau")
+    assert decide(-1.5 + 1e-9, 0.0, 0.5, tau=-1.5).choice == "rag"
+
+
+def test_ablations_drop_one_margin() -> None:
+    assert decide(-3.0, 4.0, 0.5, -1.5, "no_prior").margins.m == pytest.approx(2.0)  # type: ignore[union-attr]
+    assert decide(-3.0, 4.0, 0.5, -1.5, "no_bind").choice == "direct"
+    with pytest.raises(ValueError, match="variant"):
+        decide(0.0, 0.0, 0.5, 0.0, "other")  # type: ignore[arg-type]
 
 
 def test_identical_answers_have_zero_margins() -> None:
-    m = compute_margins(-0.7, -0.3, -0.9, -0.7, -0.3, -0.9, lambda_bind=0.5)
+    m = compute_margins(views(-0.7, -0.3, -0.9), views(-0.7, -0.3, -0.9), lambda_bind=0.5)
     assert (m.m_prior, m.m_bind, m.m) == (0.0, 0.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ({"has_evidence": False, "direct_blank": True, "rag_blank": True}, "no_evidence"),
+        ({"direct_blank": True, "rag_blank": True}, "both_answers_blank"),
+        ({"rag_blank": True}, "rag_answer_blank"),
+        ({"direct_blank": True}, "direct_answer_blank"),
+        ({"agree_unscored": True}, "answers_agree"),
+        ({}, None),
+    ],
+)
+def test_settled_cases_need_no_likelihoods(flags: dict, expected: str | None) -> None:
+    args = {"has_evidence": True, "direct_blank": False, "rag_blank": False,
+            "agree_unscored": False, **flags}
+    verdict = settle(**args)
+    if expected is None:
+        assert verdict is None
+    else:
+        assert verdict is not None and verdict.reason == expected
+        assert verdict.choice == SETTLED[expected]
+
+
+def _decision(**fields: object) -> Decision:
+    base = dict(question="q", answer="a", source="direct", reason="margin_at_or_below_tau",
+                direct_answer="a", rag_answer="b", direct_generated=False, rag_generated=False,
+                lambda_bind=0.5, tau=-1.5, passages_given=1, passages_used=1,
+                context_tokens=5, context_truncated=False, model_id="m", prompt_version="v")
+    return Decision.model_validate({**base, **fields})
+
+
+def test_replay_uses_the_same_rule_and_keeps_settled_outcomes() -> None:
+    d = _decision(m_prior=-1.0, m_bind=-0.8, m=-1.4, source="rag", reason="margin_above_tau")
+    assert d.replay() == "rag" and d.chose_rag
+    assert d.replay(tau=-1.0) == "direct"
+    assert d.replay(lambda_bind=0.0, tau=-1.2) == "rag"  # M = -1.0
+    assert d.replay(variant="no_bind", tau=-1.1) == "rag"  # M = M_prior = -1.0
+    assert d.replay(variant="no_bind", tau=-0.9) == "direct"
+    settled = _decision(reason="no_evidence")
+    assert settled.replay(tau=-100.0) == "direct" and not settled.chose_rag
+    assert _decision(reason="answers_agree", source="agree").chose_rag
+    with pytest.raises(ValueError, match="no margins"):
+        _decision().replay()

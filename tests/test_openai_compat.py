@@ -28,13 +28,12 @@ from typing import Any
 import httpx
 import pytest
 
+# The test server lives beside the tests (tests/llama_cpp_server.py), not in the library.
+from llama_cpp_server import LlamaCppServer, free_local_port
+
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.backends.base import Backend, ContinuationRequest
-from trustmargin_integrations.backends.openai_compat import (
-    LlamaCppServer,
-    OpenAICompatBackend,
-    redact_url,
-)
+from trustmargin_integrations.backends.openai_compat import OpenAICompatBackend, redact_url
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import BackendError, InvalidInputError
 from trustmargin_integrations.models import REGISTRY
@@ -143,7 +142,6 @@ def test_server_without_prompt_logprobs_is_a_clear_error(backend: Any) -> None:
 
 
 def test_unreachable_server_fails_after_bounded_retries(backend: Any) -> None:
-    from trustmargin_integrations.backends.openai_compat import free_local_port
 
     rb = OpenAICompatBackend(f"http://127.0.0.1:{free_local_port()}", "m", backend.tokenizer,
                              max_retries=2, backoff_s=0.01, api_key=SECRET_KEY)
@@ -291,7 +289,7 @@ def test_bad_settings_are_typed_errors(backend: Any, monkeypatch: pytest.MonkeyP
     assert OpenAICompatBackend("http://u:pw@h:1/v1/", "m", tok).url == "http://h:1"
 
 
-def test_run_jobs_generates_both_candidates_in_one_wave_then_scores(backend: Any) -> None:
+def test_arbiter_generates_missing_candidates_then_scores_cleaned_answers(backend: Any) -> None:
     tok = backend.tokenizer
     log: list[str] = []
     lock = threading.Lock()
@@ -311,6 +309,8 @@ def test_run_jobs_generates_both_candidates_in_one_wave_then_scores(backend: Any
     tm = TrustMargin(rb, TrustMarginConfig(skip_scoring_when_agree=False))
     decisions = tm.arbitrate_batch([{"question": q["question"], "passages": q["passages"]}
                                     for q in QUESTIONS])
+    # Direct answers for both questions, then RAG answers, each side one concurrent wave;
+    # scoring starts only once every candidate is known.
     assert log[:4] == ["generate"] * 4 and log[4:] == ["score"] * 12
     for d in decisions:
         assert (d.direct_answer, d.rag_answer) == ("Ridley Scott", "Ridley Scott")

@@ -9,11 +9,20 @@ import pytest
 
 from trustmargin_integrations import TrustMargin, TrustMarginConfig
 from trustmargin_integrations.answers import clean_answer
-from trustmargin_integrations.backends.base import ScoringJob, scoring_requests
+from trustmargin_integrations.backends.base import ContinuationRequest
 from trustmargin_integrations.backends.hf import HFBackend
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "raw"
 TOL = 1e-4
+VIEWS = ("question_only", "question_context", "context_only")
+
+
+def six_requests(
+    views: object, direct: str, rag: str
+) -> list[tuple[str, str, ContinuationRequest]]:
+    """The six (candidate, view) scoring requests of one question, for the plain path."""
+    return [(cand, view, ContinuationRequest(getattr(views, view), answer))
+            for cand, answer in (("direct", direct), ("rag", rag)) for view in VIEWS]
 
 
 def _cwq(n: int) -> list[dict]:
@@ -28,9 +37,9 @@ def _assert_matches_reference(tm: TrustMargin, backend: HFBackend, inputs: list[
         if d.direct_likelihoods is None:
             continue
         views = tm.prepare(item).views
-        reqs = scoring_requests(views, d.direct_answer, d.rag_answer)
-        reference = backend.score_continuations([r for _, r in reqs])
-        for ((cand, view), _), ref in zip(reqs, reference, strict=True):
+        reqs = six_requests(views, d.direct_answer, d.rag_answer)
+        reference = backend.score_continuations([r for _, _, r in reqs])
+        for (cand, view, _), ref in zip(reqs, reference, strict=True):
             fast = getattr(getattr(d, f"{cand}_likelihoods"), view)
             assert fast == pytest.approx(ref.mean, abs=TOL), (cand, view)
             checked += 1
@@ -51,22 +60,55 @@ def test_fast_path_equals_reference_with_given_candidates(
     _assert_matches_reference(tm, backend, inputs)
 
 
-def test_fast_and_plain_run_jobs_agree(backend: HFBackend) -> None:
+def test_fast_and_plain_sessions_agree(backend: HFBackend) -> None:
+    """The same session calls, with the cache-branching planner on and off."""
     tm = TrustMargin(backend)
-    jobs = [ScoringJob(tm.prepare(x).views, None, None) for x in _cwq(2)]
-    kwargs = {"max_new_tokens": 20, "clean": clean_answer, "needs_scoring": lambda d, r: True}
-    fast = backend.run_jobs(jobs, **kwargs)
-    backend.fast = False
-    try:
-        plain = backend.run_jobs(jobs, **kwargs)
-    finally:
-        backend.fast = True
+    prepared = [tm.prepare(x) for x in _cwq(2)]
+    results = {}
+    for fast in (True, False):
+        backend.fast = fast
+        try:
+            with backend.session() as session:
+                direct = session.generate([p.views.question_only for p in prepared], 20)
+                rag = session.generate([p.views.question_context for p in prepared], 20)
+                reqs = [r for p, d, g in zip(prepared, direct, rag, strict=True)
+                        for _, _, r in six_requests(p.views, clean_answer(d), clean_answer(g))]
+                results[fast] = (direct, rag, session.score(reqs))
+        finally:
+            backend.fast = True
+    (fd, fr, fs), (pd, pr, ps) = results[True], results[False]
+    assert (fd, fr) == (pd, pr)
+    assert len(fs) == len(ps) == 12
+    for f, p in zip(fs, ps, strict=True):
+        assert f.num_tokens == p.num_tokens
+        assert f.mean == pytest.approx(p.mean, abs=TOL)
+
+
+def test_session_scores_any_request_shape(backend: HFBackend) -> None:
+    """Prompts with no generation cache, repeated prompts, duplicate and empty answers: the
+    planner prefills what no cache covers and branches the rest, and every number equals the
+    plain forward pass."""
+    tm = TrustMargin(backend)
+    views = [tm.prepare(x).views for x in _cwq(2)]
+    long_question = backend.render_prompt("Question:\n" + "why " * 200 + "?\n\nAnswer:")
+    reqs = [
+        ContinuationRequest(views[0].context_only, "Islamabad"),
+        ContinuationRequest(views[0].question_only, "Islamabad"),
+        ContinuationRequest(views[0].question_only, "Islamabad"),
+        ContinuationRequest(views[1].question_context, "Chile"),
+        ContinuationRequest(views[1].question_context, ""),
+        ContinuationRequest(views[0].question_context, "Sardar Masood Khan"),
+        ContinuationRequest(long_question, "because"),
+    ]
+    with backend.session() as session:
+        session.generate([views[1].question_only], 5)  # one cache that most requests miss
+        fast = session.score(reqs)
+    plain = backend.score_continuations(reqs)
+    assert [f.num_tokens for f in fast] == [p.num_tokens for p in plain]
+    assert fast[4].num_tokens == 0
     for f, p in zip(fast, plain, strict=True):
-        assert (f.direct_answer, f.rag_answer) == (p.direct_answer, p.rag_answer)
-        assert f.scores is not None and p.scores is not None
-        for key, score in f.scores.items():
-            assert score.num_tokens == p.scores[key].num_tokens
-            assert score.mean == pytest.approx(p.scores[key].mean, abs=TOL)
+        if p.num_tokens:
+            assert f.mean == pytest.approx(p.mean, abs=TOL)
 
 
 def test_batch_of_n_equals_n_single_calls(tm: TrustMargin) -> None:

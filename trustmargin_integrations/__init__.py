@@ -6,6 +6,9 @@ Quick start::
     tm = TrustMargin.from_pretrained()            # embedded SmolLM2-135M, offline
     decision = tm.arbitrate("Who wrote Hamlet?", ["Hamlet is a tragedy by Shakespeare."])
     decision.answer, decision.source, decision.m
+
+    index = BM25Index.build(passages)             # or any retriever: search(query, k)
+    decision = tm.answer("Who wrote Hamlet?", index, k=3)   # retrieve, answer both ways, decide
 """
 
 from trustmargin_integrations.answers import answers_agree, clean_answer, normalize_answer
@@ -19,16 +22,17 @@ from trustmargin_integrations.errors import (
     ModelLoadError,
     TrustMarginError,
 )
-from trustmargin_integrations.margins import Margins, compute_margins, prefers_rag
+from trustmargin_integrations.margins import Margins, Verdict, compute_margins, decide, settle
 from trustmargin_integrations.prompts import PROMPT_VERSION
 from trustmargin_integrations.retrieval import BM25Index, Retriever, load_corpus
 from trustmargin_integrations.schema import (
     ArbitrationInput,
     Decision,
     Passage,
-    RenderedPrompts,
+    PassageRef,
     Timings,
     ViewLikelihoods,
+    ViewPrompts,
 )
 
 __all__ = [
@@ -43,18 +47,21 @@ __all__ = [
     "Margins",
     "ModelLoadError",
     "Passage",
-    "RenderedPrompts",
+    "PassageRef",
     "Retriever",
     "Timings",
     "TrustMargin",
     "TrustMarginConfig",
     "TrustMarginError",
+    "Verdict",
     "ViewLikelihoods",
+    "ViewPrompts",
     "answers_agree",
     "clean_answer",
     "compute_margins",
+    "decide",
     "load_corpus",
     "normalize_answer",
-    "prefers_rag",
+    "settle",
 ]
 __version__ = "0.1.0"

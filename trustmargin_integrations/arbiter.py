@@ -1,16 +1,23 @@
-"""TrustMargin, the arbiter: question + passages (+ candidates) -> Decision.
+"""TrustMargin, the arbiter: the whole per-question pipeline, in one place.
 
-The whole per-question pipeline is visible here:
-validate -> build the passage context within the token budget -> render the three views ->
-backend.run_jobs (generate missing candidates, score six likelihoods) -> margins -> Decision.
+    answer_batch:    questions --retrieve_batch--> passages --arbitrate_batch--> Decisions
+    arbitrate_batch: validate -> context within the token budget -> three prompt views
+                     -> (per batch, one model session)
+                        generate missing candidates -> clean -> settle or score six
+                        likelihoods -> margins -> rule -> Decision
+
+Each stage lives in its own module: validation (:mod:`.validation`), retrieval
+(:mod:`.retrieval.base`), context and prompts (:mod:`.prompts`), cleaning (:mod:`.answers`),
+the model (:mod:`.backends`), the rule (:mod:`.margins`) and the record (:mod:`.schema`).
+The backend is asked only to generate and to score; every decision about what to generate,
+what to score and how to decide is made here.
 """
 
 from __future__ import annotations
 
 import time
-import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -18,40 +25,50 @@ from tqdm.auto import tqdm
 from trustmargin_integrations.answers import answers_agree, clean_answer
 from trustmargin_integrations.backends.base import (
     Backend,
-    JobResult,
-    RenderedViews,
-    ScoringJob,
+    ContinuationRequest,
+    ContinuationScore,
+    ModelSession,
 )
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
-from trustmargin_integrations.margins import compute_margins, prefers_rag
+from trustmargin_integrations.margins import Verdict, compute_margins, decide, settle
 from trustmargin_integrations.prompts import PROMPT_VERSION, BuiltContext, build_context, view_texts
+from trustmargin_integrations.retrieval.base import Retriever, retrieve_batch
 from trustmargin_integrations.schema import (
     ArbitrationInput,
     Decision,
     Passage,
-    RenderedPrompts,
     Timings,
     ViewLikelihoods,
+    ViewPrompts,
 )
+from trustmargin_integrations.validation import ValidInput, validate_input
 
-_KEEP_CONTROL = {"\n", "\t"}
-
-
-def _strip_controls(text: str) -> tuple[str, int]:
-    """Remove control characters a tokenizer would mangle; return the text and the count."""
-    kept = [ch for ch in text if ch in _KEEP_CONTROL or unicodedata.category(ch) != "Cc"]
-    return "".join(kept), len(text) - len(kept)
+_VIEWS = ("question_only", "question_context", "context_only")
 
 
 @dataclass
 class PreparedQuestion:
     """A validated question with its context and rendered views (before any model call)."""
 
-    input: ArbitrationInput
+    input: ValidInput
     context: BuiltContext
-    views: RenderedViews
-    warnings: list[str] = field(default_factory=list)
+    views: ViewPrompts
+
+    @property
+    def has_evidence(self) -> bool:
+        """At least one passage entered the context."""
+        return self.context.passages_used > 0
+
+
+@dataclass
+class _Candidate:
+    """One side's answer as it will be scored, with its pre-cleaning text and timing."""
+
+    answer: str
+    raw: str | None
+    generated: bool
+    seconds: float = 0.0
 
 
 class TrustMargin:
@@ -84,7 +101,68 @@ class TrustMargin:
 
         return cls(HFBackend.load(model, **backend_kwargs), config)
 
-    # -- public API -------------------------------------------------------------------------
+    # -- the pipeline -----------------------------------------------------------------------
+
+    def answer(
+        self,
+        question: str,
+        retriever: Retriever,
+        k: int | None = None,
+        *,
+        direct_answer: str | None = None,
+        rag_answer: str | None = None,
+        include_prompts: bool | None = None,
+    ) -> Decision:
+        """Retrieve the top-``k`` passages, answer both ways with the model and arbitrate.
+
+        A candidate given here is used instead of generating it. When retrieval finds
+        nothing the closed-book answer is returned with reason ``no_evidence``.
+        """
+        return self.answer_batch([question], retriever, k, direct_answers=[direct_answer],
+                                 rag_answers=[rag_answer], include_prompts=include_prompts)[0]
+
+    def answer_batch(
+        self,
+        questions: Sequence[str],
+        retriever: Retriever,
+        k: int | None = None,
+        *,
+        direct_answers: Sequence[str | None] | None = None,
+        rag_answers: Sequence[str | None] | None = None,
+        include_prompts: bool | None = None,
+        progress: bool = False,
+    ) -> list[Decision]:
+        """:meth:`answer` for many questions: one retrieval batch, then batched arbitration.
+
+        Args:
+            questions: the questions, in order.
+            retriever: any object with ``search(query, k) -> list[Passage]`` (the embedded
+                :class:`~.retrieval.bm25.BM25Index`, an Elasticsearch retriever, ...).
+            k: passages per question (default: ``config.top_k``).
+            direct_answers, rag_answers: given candidates, one per question (None entries,
+                or no list at all, are generated by the model).
+            include_prompts: attach the rendered prompts (default: ``config.include_prompts``).
+            progress: show a progress bar.
+        """
+        if isinstance(questions, str):
+            raise InvalidInputError("questions", "is a single string",
+                                    "pass a list of questions, or call answer(question, ...)")
+        for i, q in enumerate(questions):
+            if not isinstance(q, str) or not q.strip():
+                raise InvalidInputError(f"questions[{i}]", "must be a non-empty string",
+                                        "pass the question text")
+        given = {"direct_answer": direct_answers, "rag_answer": rag_answers}
+        for key, values in given.items():
+            if values is not None and len(values) != len(questions):
+                raise InvalidInputError(f"{key}s", f"has {len(values)} entries for "
+                                        f"{len(questions)} questions", "give one per question")
+        hits = retrieve_batch(retriever, questions, self.config.top_k if k is None else k)
+        inputs = [
+            {"question": q, "passages": h,
+             **{key: None if values is None else values[i] for key, values in given.items()}}
+            for i, (q, h) in enumerate(zip(questions, hits, strict=True))
+        ]
+        return self.arbitrate_batch(inputs, include_prompts=include_prompts, progress=progress)
 
     def arbitrate(
         self,
@@ -99,7 +177,8 @@ class TrustMargin:
         """Arbitrate one question; missing candidates are generated by the backend's model."""
         item = {"question": question, "passages": passages, "direct_answer": direct_answer,
                 "rag_answer": rag_answer, "id": id}
-        return self.arbitrate_batch([item], include_prompts=include_prompts)[0]
+        prepared = self.prepare(item)
+        return self._arbitrate_prepared([prepared], include_prompts, progress=False)[0]
 
     def arbitrate_batch(
         self,
@@ -108,209 +187,205 @@ class TrustMargin:
         include_prompts: bool | None = None,
         progress: bool = False,
     ) -> list[Decision]:
-        """Arbitrate many questions, batched by prompt length; results keep input order."""
-        prepared = [self.prepare(item, index=i) for i, item in enumerate(inputs)]
-        if not prepared:
-            return []
-        keep_prompts = self.config.include_prompts if include_prompts is None else include_prompts
-        order = sorted(range(len(prepared)), key=lambda i: len(prepared[i].views.question_context))
-        decisions: list[Decision | None] = [None] * len(prepared)
-        size = self.config.batch_size
-        bar = tqdm(total=len(prepared), desc="arbitrating", unit="q", disable=not progress)
-        for start in range(0, len(order), size):
-            chunk = order[start:start + size]
-            began = time.perf_counter()
-            results = self.backend.run_jobs(
-                [ScoringJob(prepared[i].views, prepared[i].input.direct_answer,
-                            prepared[i].input.rag_answer) for i in chunk],
-                max_new_tokens=self.config.max_new_tokens,
-                clean=clean_answer,
-                needs_scoring=self._needs_scoring,
-            )
-            elapsed = (time.perf_counter() - began) / len(chunk)
-            for i, result in zip(chunk, results, strict=True):
-                decisions[i] = self._decide(prepared[i], result, elapsed, keep_prompts)
-            bar.update(len(chunk))
-        bar.close()
-        return [d for d in decisions if d is not None]
+        """Arbitrate many questions, batched by prompt length; results keep input order.
+
+        Every input is validated before the model runs; an error names its place
+        (``inputs[3].question``).
+        """
+        prepared = [self.prepare(item, where=f"inputs[{i}]") for i, item in enumerate(inputs)]
+        return self._arbitrate_prepared(prepared, include_prompts, progress=progress)
 
     # -- stages -----------------------------------------------------------------------------
 
     def prepare(
-        self, item: ArbitrationInput | Mapping[str, Any], index: int = 0
+        self, item: ArbitrationInput | Mapping[str, Any], *, where: str | None = None,
+        names: Mapping[str, str] | None = None,
     ) -> PreparedQuestion:
-        """Validate one input, cut its context to the budget and render the three views."""
-        data = self._validate(item, index)
-        warnings = data.pop("warnings")
-        clean_input = ArbitrationInput(**data)
-        context = build_context(
-            clean_input.passages,
-            self.backend.count_tokens,
-            self.config.max_context_tokens,
-            self.backend.truncate_tokens,
-        )
+        """Validate one input, cut its context to the budget and render the three views.
+
+        ``where`` and ``names`` only change how errors name fields (see
+        :func:`~.validation.validate_input`).
+        """
+        valid = validate_input(item, where=where, names=names)
+        context = build_context(valid.passages, self.backend.count_tokens,
+                                self.config.max_context_tokens, self.backend.truncate_tokens)
         if context.truncated:
-            warnings.append(
+            valid.warnings.append(
                 f"passages[0]: cut to {context.num_tokens} tokens to fit max_context_tokens="
                 f"{self.config.max_context_tokens}"
             )
         elif context.passages_used < context.passages_given:
-            warnings.append(
+            valid.warnings.append(
                 f"passages: used {context.passages_used} of {context.passages_given} to fit "
                 f"max_context_tokens={self.config.max_context_tokens}"
             )
-        texts = view_texts(clean_input.question, context.text)
+        texts = view_texts(valid.question, context.text)
         render = self.backend.render_prompt
-        views = RenderedViews(
-            question_only=render(texts.question_only),
-            question_context=render(texts.question_context),
-            context_only=render(texts.context_only),
-        )
-        return PreparedQuestion(clean_input, context, views, warnings)
+        views = ViewPrompts(**{v: render(getattr(texts, v)) for v in _VIEWS})
+        return PreparedQuestion(valid, context, views)
 
-    def _needs_scoring(self, direct: str, rag: str) -> bool:
-        if not direct.strip() or not rag.strip():
-            return False
-        if self.config.skip_scoring_when_agree and answers_agree(direct, rag):
-            return False
-        return (self.backend.answer_token_count(direct) > 0
-                and self.backend.answer_token_count(rag) > 0)
+    def _arbitrate_prepared(
+        self, prepared: list[PreparedQuestion], include_prompts: bool | None, *, progress: bool
+    ) -> list[Decision]:
+        if not prepared:
+            return []
+        keep_prompts = self.config.include_prompts if include_prompts is None else include_prompts
+        # Length-sorted batches keep left padding (and so wasted compute) small.
+        order = sorted(range(len(prepared)), key=lambda i: len(prepared[i].views.question_context))
+        decisions: list[Decision | None] = [None] * len(prepared)
+        size = self.config.batch_size
+        with tqdm(total=len(prepared), desc="arbitrating", unit="q",
+                  disable=not progress) as bar:
+            for start in range(0, len(order), size):
+                chunk = order[start:start + size]
+                done = self._arbitrate_chunk([prepared[i] for i in chunk], keep_prompts)
+                for i, decision in zip(chunk, done, strict=True):
+                    decisions[i] = decision
+                bar.update(len(chunk))
+        return [d for d in decisions if d is not None]
 
-    def _decide(
-        self, prepared: PreparedQuestion, result: JobResult, seconds: float, keep_prompts: bool
-    ) -> Decision:
-        cfg = self.config
-        direct, rag = result.direct_answer, result.rag_answer
-        base: dict[str, Any] = {
-            "id": prepared.input.id,
-            "question": prepared.input.question,
-            "direct_answer": direct,
-            "rag_answer": rag,
-            "direct_generated": prepared.input.direct_answer is None,
-            "rag_generated": prepared.input.rag_answer is None,
-            "lambda_bind": cfg.lambda_bind,
-            "tau": cfg.tau,
-            "passages_given": prepared.context.passages_given,
-            "passages_used": prepared.context.passages_used,
-            "context_tokens": prepared.context.num_tokens,
-            "context_truncated": prepared.context.truncated,
-            "model_id": self.backend.model_id,
-            "prompt_version": PROMPT_VERSION,
-            "timings": Timings(
-                generate_direct_s=result.generate_direct_s,
-                generate_rag_s=result.generate_rag_s,
-                scoring_s=result.scoring_s,
-                total_s=seconds,
-            ),
-            "warnings": list(prepared.warnings),
-        }
-        if keep_prompts:
-            v = prepared.views
-            base["prompts"] = RenderedPrompts(question_only=v.question_only,
-                                              question_context=v.question_context,
-                                              context_only=v.context_only)
-        direct_blank = self.backend.answer_token_count(direct) == 0 if direct.strip() else True
-        rag_blank = self.backend.answer_token_count(rag) == 0 if rag.strip() else True
-        if direct_blank and rag_blank:
-            return Decision(answer=direct, source="direct", reason="both_answers_blank", **base)
-        if rag_blank:
-            return Decision(answer=direct, source="direct", reason="rag_answer_blank", **base)
-        if direct_blank:
-            return Decision(answer=rag, source="rag", reason="direct_answer_blank", **base)
-        if result.scores is None:
-            # Only the agree shortcut skips scoring for two non-blank answers.
-            return Decision(answer=rag, source="agree", reason="answers_agree", **base)
-        likelihoods = {
-            cand: ViewLikelihoods(
-                question_only=result.scores[(cand, "question_only")].mean,
-                question_context=result.scores[(cand, "question_context")].mean,
-                context_only=result.scores[(cand, "context_only")].mean,
-                num_tokens=result.scores[(cand, "question_only")].num_tokens,
-            )
-            for cand in ("direct", "rag")
-        }
-        d, r = likelihoods["direct"], likelihoods["rag"]
-        margins = compute_margins(d.question_only, d.question_context, d.context_only,
-                                  r.question_only, r.question_context, r.context_only,
-                                  cfg.lambda_bind)
-        use_rag = prefers_rag(margins.m, cfg.tau)
-        source = "agree" if answers_agree(direct, rag) else ("rag" if use_rag else "direct")
-        return Decision(
-            answer=rag if use_rag else direct,
-            source=source,
-            reason="margin_above_tau" if use_rag else "margin_at_or_below_tau",
-            direct_likelihoods=d,
-            rag_likelihoods=r,
-            m_prior=margins.m_prior,
-            m_bind=margins.m_bind,
-            m=margins.m,
-            **base,
+    def _arbitrate_chunk(
+        self, chunk: list[PreparedQuestion], keep_prompts: bool
+    ) -> list[Decision]:
+        """One model session: generate what is missing, settle or score, decide."""
+        began = time.perf_counter()
+        with self.backend.session() as session:
+            direct = self._candidates(session, chunk, "direct")
+            rag = self._candidates(session, chunk, "rag")
+            verdicts: list[Verdict | None] = [
+                self._settle(p, d.answer, r.answer) for p, d, r in zip(chunk, direct, rag,
+                                                                        strict=True)
+            ]
+            to_score = [i for i, v in enumerate(verdicts) if v is None]
+            scores: dict[int, dict[tuple[str, str], ContinuationScore]] = {}
+            scoring_s = 0.0
+            if to_score:
+                start = time.perf_counter()
+                scores = self._score(session, [(chunk[i], direct[i].answer, rag[i].answer)
+                                               for i in to_score], to_score)
+                scoring_s = (time.perf_counter() - start) / len(to_score)
+        total = (time.perf_counter() - began) / len(chunk)
+        out = []
+        for i, prepared in enumerate(chunk):
+            timings = Timings(generate_direct_s=direct[i].seconds,
+                              generate_rag_s=rag[i].seconds,
+                              scoring_s=scoring_s if i in scores else 0.0, total_s=total)
+            out.append(self._decision(prepared, direct[i], rag[i], verdicts[i], scores.get(i),
+                                      timings, keep_prompts))
+        return out
+
+    def _candidates(
+        self, session: ModelSession, chunk: list[PreparedQuestion], side: str
+    ) -> list[_Candidate]:
+        """Both given and generated candidates of one side, cleaned by the one policy."""
+        given = [getattr(p.input, f"{side}_answer") for p in chunk]
+        out: list[_Candidate | None] = [None] * len(chunk)
+        for i, text in enumerate(given):
+            if text is not None:
+                out[i] = self._cleaned(text, generated=False)
+                if out[i].raw is not None:  # type: ignore[union-attr]
+                    chunk[i].input.warnings.append(
+                        f"{side}_answer: cleaned to its short-answer form "
+                        f"({text!r} -> {out[i].answer!r})")  # type: ignore[union-attr]
+        # A RAG answer without evidence is never needed: the decision is "no_evidence".
+        todo = [i for i, p in enumerate(chunk)
+                if out[i] is None and (side == "direct" or p.has_evidence)]
+        if todo:
+            view = "question_only" if side == "direct" else "question_context"
+            start = time.perf_counter()
+            raw = session.generate([getattr(chunk[i].views, view) for i in todo],
+                                   self.config.max_new_tokens)
+            share = (time.perf_counter() - start) / len(todo)
+            for i, text in zip(todo, raw, strict=True):
+                out[i] = self._cleaned(text, generated=True, seconds=share)
+        return [c or _Candidate("", None, False) for c in out]
+
+    def _cleaned(self, text: str, *, generated: bool, seconds: float = 0.0) -> _Candidate:
+        answer = clean_answer(text) if self.config.clean_answers else text.strip()
+        raw = None if answer == text.strip() else text
+        return _Candidate(answer, raw, generated, seconds)
+
+    def _blank(self, answer: str) -> bool:
+        return not answer.strip() or self.backend.count_tokens(answer) == 0
+
+    def _settle(self, prepared: PreparedQuestion, direct: str, rag: str) -> Verdict | None:
+        return settle(
+            has_evidence=prepared.has_evidence,
+            direct_blank=self._blank(direct),
+            rag_blank=self._blank(rag),
+            agree_unscored=self.config.skip_scoring_when_agree and answers_agree(direct, rag),
         )
 
     @staticmethod
-    def _validate(item: ArbitrationInput | Mapping[str, Any], index: int) -> dict[str, Any]:
-        """Check types and content; return clean fields plus the warnings to record."""
-        where = f"inputs[{index}]"
-        if isinstance(item, ArbitrationInput):
-            raw: Mapping[str, Any] = item.model_dump()
-        elif isinstance(item, Mapping):
-            raw = item
-        else:
-            raise InvalidInputError(where, f"is a {type(item).__name__}",
-                                    "pass an ArbitrationInput or a mapping with 'question' and "
-                                    "'passages'")
-        unknown = set(raw) - set(ArbitrationInput.model_fields)
-        if unknown:
-            raise InvalidInputError(f"{where}.{sorted(unknown)[0]}", "is not a known field",
-                                    f"use only {sorted(ArbitrationInput.model_fields)}")
-        warnings: list[str] = []
-        question = raw.get("question")
-        if not isinstance(question, str):
-            raise InvalidInputError("question", f"must be a string, got {type(question).__name__}",
-                                    "pass the user's question as text")
-        question, removed = _strip_controls(question)
-        if removed:
-            warnings.append(f"question: removed {removed} control character(s)")
-        if not question.strip():
-            raise InvalidInputError("question", "is empty or whitespace",
-                                    "pass a non-empty question")
-        question = question.strip()
-        passages_raw = raw.get("passages")
-        if passages_raw is None or isinstance(passages_raw, (str, bytes)):
-            raise InvalidInputError("passages", "must be a list of passage strings",
-                                    "wrap a single passage in a list: passages=[text]")
-        passages: list[str] = []
-        for i, p in enumerate(passages_raw):
-            if isinstance(p, Passage):
-                p = p.as_context()
-            if not isinstance(p, str):
-                raise InvalidInputError(f"passages[{i}]",
-                                        f"must be a string, got {type(p).__name__}",
-                                        "pass passage texts (str) or Passage objects")
-            p, removed = _strip_controls(p)
-            if removed:
-                warnings.append(f"passages[{i}]: removed {removed} control character(s)")
-            if not p.strip():
-                raise InvalidInputError(f"passages[{i}]", "is empty or whitespace",
-                                        "drop empty passages before arbitration")
-            passages.append(p.strip())
-        if not passages:
-            raise InvalidInputError("passages", "is empty",
-                                    "retrieve at least one passage; without evidence there is "
-                                    "nothing to arbitrate")
-        answers: dict[str, str | None] = {}
-        for name in ("direct_answer", "rag_answer"):
-            value = raw.get(name)
-            if value is not None and not isinstance(value, str):
-                raise InvalidInputError(name, f"must be a string or None, got "
-                                              f"{type(value).__name__}",
-                                        "pass the candidate's text, or None to generate it")
-            if value is not None:
-                value, removed = _strip_controls(value)
-                if removed:
-                    warnings.append(f"{name}: removed {removed} control character(s)")
-                value = value.strip()
-            answers[name] = value
-        ident = raw.get("id")
-        return {"question": question, "passages": passages, "id": None if ident is None
-                else str(ident), **answers, "warnings": warnings}
+    def _score(
+        session: ModelSession,
+        rows: list[tuple[PreparedQuestion, str, str]],
+        positions: list[int],
+    ) -> dict[int, dict[tuple[str, str], ContinuationScore]]:
+        """The six likelihoods (2 answers x 3 views) of every row, in one session call."""
+        keys = [(side, view) for side in ("direct", "rag") for view in _VIEWS]
+        requests = [
+            ContinuationRequest(getattr(p.views, view), direct if side == "direct" else rag)
+            for p, direct, rag in rows for side, view in keys
+        ]
+        flat = session.score(requests)
+        n = len(keys)
+        return {pos: dict(zip(keys, flat[j * n:(j + 1) * n], strict=True))
+                for j, pos in enumerate(positions)}
+
+    def _decision(
+        self,
+        prepared: PreparedQuestion,
+        direct: _Candidate,
+        rag: _Candidate,
+        verdict: Verdict | None,
+        scores: dict[tuple[str, str], ContinuationScore] | None,
+        timings: Timings,
+        keep_prompts: bool,
+    ) -> Decision:
+        cfg = self.config
+        likelihoods: dict[str, ViewLikelihoods] = {}
+        if verdict is None:
+            assert scores is not None  # unsettled rows are always scored
+            for side in ("direct", "rag"):
+                likelihoods[side] = ViewLikelihoods(
+                    **{view: scores[(side, view)].mean for view in _VIEWS},
+                    num_tokens=scores[(side, "question_only")].num_tokens,
+                )
+            margins = compute_margins(likelihoods["direct"], likelihoods["rag"],
+                                      cfg.lambda_bind)
+            verdict = decide(margins.m_prior, margins.m_bind, cfg.lambda_bind, cfg.tau)
+        agree = answers_agree(direct.answer, rag.answer)
+        source = "agree" if agree and verdict.reason != "no_evidence" else verdict.choice
+        valid, context = prepared.input, prepared.context
+        return Decision(
+            id=valid.id,
+            question=valid.question,
+            answer=rag.answer if verdict.choice == "rag" else direct.answer,
+            source=source,
+            reason=verdict.reason,
+            direct_answer=direct.answer,
+            rag_answer=rag.answer,
+            direct_generated=direct.generated,
+            rag_generated=rag.generated,
+            direct_raw=direct.raw,
+            rag_raw=rag.raw,
+            direct_likelihoods=likelihoods.get("direct"),
+            rag_likelihoods=likelihoods.get("rag"),
+            m_prior=verdict.margins.m_prior if verdict.margins else None,
+            m_bind=verdict.margins.m_bind if verdict.margins else None,
+            m=verdict.margins.m if verdict.margins else None,
+            lambda_bind=cfg.lambda_bind,
+            tau=cfg.tau,
+            passages_given=context.passages_given,
+            passages_used=context.passages_used,
+            passages=valid.refs[:context.passages_used],
+            context_tokens=context.num_tokens,
+            context_truncated=context.truncated,
+            model_id=self.backend.model_id,
+            prompt_version=PROMPT_VERSION,
+            timings=timings,
+            warnings=list(valid.warnings),
+            prompts=prepared.views if keep_prompts else None,
+            metadata=valid.metadata,
+        )

@@ -9,11 +9,14 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError, TrustMarginError
+from trustmargin_integrations.urls import redact_url
 
 app = typer.Typer(
     name="trustmargin",
@@ -47,6 +50,10 @@ RemoteUrlOpt = Annotated[str | None, typer.Option(
 RemoteModelOpt = Annotated[str | None, typer.Option(
     "--remote-model", help="The model name the server serves (default: --model).")]
 ConcurrencyOpt = Annotated[int, typer.Option(min=1, help="Requests in flight to the server.")]
+TauOpt = Annotated[float | None, typer.Option(
+    "--tau", help="Decision threshold: RAG iff M > tau (default: the paper's -1.5).")]
+LambdaOpt = Annotated[float | None, typer.Option(
+    "--lambda-bind", help="Weight of the binding margin (default: the paper's 0.5).")]
 EsUrlOpt = Annotated[str | None, typer.Option(
     "--elasticsearch", help="Elasticsearch URL (credentials: TRUSTMARGIN_ES_* variables).")]
 EsIndexOpt = Annotated[str, typer.Option("--es-index", help="Elasticsearch index name.")]
@@ -56,7 +63,7 @@ def _load(model: str, device: str | None, dtype: str | None, *, remote_url: str 
           remote_model: str | None = None, concurrency: int = 8, **config: Any) -> Any:
     from trustmargin_integrations.arbiter import TrustMargin
 
-    settings = TrustMarginConfig(**config)
+    settings = _config(**config)
     if remote_url:
         from trustmargin_integrations.backends.openai_compat import OpenAICompatBackend
 
@@ -65,6 +72,23 @@ def _load(model: str, device: str | None, dtype: str | None, *, remote_url: str 
         return TrustMargin(backend, settings)
     with console.status(f"loading {model} ..."):
         return TrustMargin.from_pretrained(model, device=device, dtype=dtype, config=settings)
+
+
+def _config(**values: Any) -> TrustMarginConfig:
+    """The config, with a bad option reported as the option the user typed."""
+    try:
+        return TrustMarginConfig(**values)
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        option = "--" + str(problem["loc"][0]).replace("_", "-")
+        raise InvalidInputError(option, problem["msg"].lower(),
+                                "pass a finite number in the documented range") from None
+
+
+def _rule(tau: float | None, lambda_bind: float | None) -> dict[str, float]:
+    """The decision rule's settings the user gave (the config's defaults otherwise)."""
+    given = {"tau": tau, "lambda_bind": lambda_bind}
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def _short(text: str, width: int = 48) -> str:
@@ -94,8 +118,10 @@ def demo(
         table.add_column(col, overflow="fold")
     for r in rows:
         d = r.decision
-        table.add_row(d.question, _short(d.direct_answer), _short(d.rag_answer), d.source,
-                      _fmt(d.m_prior), _fmt(d.m_bind), _fmt(d.m), " | ".join(r.question.answers),
+        table.add_row(escape(d.question), escape(_short(d.direct_answer)),
+                      escape(_short(d.rag_answer)), d.source,
+                      _fmt(d.m_prior), _fmt(d.m_bind), _fmt(d.m),
+                      escape(" | ".join(r.question.answers)),
                       f"F1 {r.f1['trustmargin']:.2f}")
     console.print(table)
     summary = Table(title=f"Summary over {len(rows)} questions (x100)")
@@ -105,7 +131,7 @@ def demo(
         summary.add_row(method, f"{scores['em']:.1f}", f"{scores['f1']:.1f}")
     console.print(summary)
     if output:
-        _write_jsonl(output, [r.decision.model_dump(mode="json") for r in rows], append=False)
+        _write_jsonl(output, [r.decision.model_dump(mode="json") for r in rows])
         console.print(f"decisions written to {output}")
 
 
@@ -144,82 +170,44 @@ def ask(
     remote_url: RemoteUrlOpt = None,
     remote_model: RemoteModelOpt = None,
     concurrency: ConcurrencyOpt = 8,
+    tau: TauOpt = None,
+    lambda_bind: LambdaOpt = None,
 ) -> None:
     """One question end to end: retrieve, both candidates, the margins, the decision."""
     retriever = _retriever(corpus, index, elasticsearch, es_index)
-    passages = retriever.search(question, top_k)
-    if not passages:
-        raise InvalidInputError("question", "matched no passage in the corpus",
-                                "rephrase it or index a corpus that covers it")
     tm = _load(model, device, dtype, remote_url=remote_url, remote_model=remote_model,
-               concurrency=concurrency, top_k=top_k)
-    d = tm.arbitrate(question, [p.as_context() for p in passages], direct_answer, rag_answer,
-                     include_prompts=include_prompts)
+               concurrency=concurrency, top_k=top_k, **_rule(tau, lambda_bind))
+    d = tm.answer(question, retriever, top_k, direct_answer=direct_answer, rag_answer=rag_answer,
+                  include_prompts=include_prompts)
     if as_json:
         print(d.model_dump_json(indent=2))
         return
-    console.print(f"[bold]Question[/]  {d.question}")
-    for i, p in enumerate(passages):
-        score = "" if p.score is None else f", bm25 {p.score:.2f}"
-        console.print(f"  passage {i} [dim]({p.title}{score})[/] {p.text[:110]}")
-    console.print(f"[bold]Direct[/]    {d.direct_answer!r}")
-    console.print(f"[bold]RAG[/]       {d.rag_answer!r}")
+    # User, corpus and model text is printed escaped: a "[/]" in it is not rich markup.
+    console.print(f"[bold]Question[/]  {escape(d.question)}")
+    if not d.passages:
+        console.print("  [dim](no passage matched: answered closed-book)[/]")
+    for p in d.passages:
+        score = "" if p.score is None else f", score {p.score:.2f}"
+        label = escape(f"{p.title}{score}, id {p.id}")
+        console.print(f"  passage {p.rank} [dim]({label})[/]")
+    console.print(f"[bold]Direct[/]    {escape(repr(d.direct_answer))}")
+    console.print(f"[bold]RAG[/]       {escape(repr(d.rag_answer))}")
     console.print(f"M_prior {_fmt(d.m_prior)}  M_bind {_fmt(d.m_bind)}  M {_fmt(d.m)}  "
                   f"(tau {d.tau}, lambda {d.lambda_bind})")
-    console.print(f"[bold green]Answer[/]    {d.answer!r}  [dim]source={d.source} "
+    console.print(f"[bold green]Answer[/]    {escape(repr(d.answer))}  [dim]source={d.source} "
                   f"reason={d.reason}[/]")
+    for warning in d.warnings:
+        console.print(f"[yellow]warning[/]   {escape(warning)}")
     if include_prompts and d.prompts:
         for view, text in d.prompts.model_dump().items():
-            console.print(f"[dim]--- {view} ---[/]\n{text}")
+            console.print(f"[dim]--- {view} ---[/]\n{escape(text)}")
 
 
-def _read_candidates(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        raise InvalidInputError("--input", f"{path} does not exist", "pass a JSONL file")
-    records = []
-    required = ("question", "passages", "direct_answer", "rag_answer")
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InvalidInputError(f"{path}:{n}", f"is not JSON ({exc.msg})",
-                                    "write one JSON object per line") from exc
-        if not isinstance(rec, dict):
-            raise InvalidInputError(f"{path}:{n}", "is not a JSON object",
-                                    "write one object per line")
-        missing = [k for k in required if k not in rec]
-        if missing:
-            raise InvalidInputError(f"{path}:{n}.{missing[0]}", "is missing",
-                                    f"every line needs {', '.join(required)}")
-        rec.setdefault("id", str(n))
-        records.append(rec)
-    return records
-
-
-def _write_jsonl(path: Path, records: list[dict[str, Any]], *, append: bool) -> None:
+def _write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a" if append else "w", encoding="utf-8") as fh:
+    with path.open("w", encoding="utf-8") as fh:
         for rec in records:
             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
-        fh.flush()
-
-
-def _finished_ids(path: Path) -> set[str]:
-    """Ids already written by an earlier (possibly interrupted) run; a torn last line is cut."""
-    if not path.is_file():
-        return set()
-    done, good = set(), []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            break
-        done.add(str(rec.get("id")))
-        good.append(line)
-    path.write_text("".join(g + "\n" for g in good), encoding="utf-8")
-    return done
 
 
 @app.command()
@@ -236,34 +224,38 @@ def score(
     remote_url: RemoteUrlOpt = None,
     remote_model: RemoteModelOpt = None,
     concurrency: ConcurrencyOpt = 8,
+    tau: TauOpt = None,
+    lambda_bind: LambdaOpt = None,
 ) -> None:
     """Arbitrate given candidates (another system's outputs) without generating anything.
 
-    Resumable: decisions already in OUTPUT (matched by id) are kept and not recomputed.
+    The whole file is validated before the model loads. Resumable: finished decisions are
+    kept in OUTPUT.cache (keyed by the record, model and settings) and OUTPUT is written
+    complete, in input order, at the end. Keys other than the candidate fields are carried
+    to each decision's metadata.
     """
-    records = _read_candidates(input)
-    for rec in records:
-        for key in ("direct_answer", "rag_answer"):
-            if not isinstance(rec[key], str):
-                raise InvalidInputError(f"{input}:{rec['id']}.{key}", "must be a string",
-                                        "give both candidates as text (score never generates)")
-    done = _finished_ids(output)
-    todo = [r for r in records if str(r["id"]) not in done]
-    if done:
-        console.print(f"resuming: {len(done)} decisions already in {output}, {len(todo)} to go")
-    if not todo:
-        return
-    tm = _load(model, device, dtype, remote_url=remote_url, remote_model=remote_model,
-               concurrency=concurrency, batch_size=batch_size)
-    from tqdm.auto import tqdm
+    from trustmargin_integrations.score_file import key_settings, run_score
 
-    with tqdm(total=len(todo), desc="scoring", unit="q") as bar:
-        for start in range(0, len(todo), batch_size):
-            chunk = todo[start:start + batch_size]
-            decisions = tm.arbitrate_batch(chunk, include_prompts=include_prompts)
-            _write_jsonl(output, [d.model_dump(mode="json") for d in decisions], append=True)
-            bar.update(len(chunk))
-    console.print(f"{len(records)} decisions in {output}")
+    rule = _rule(tau, lambda_bind)
+    settings = _config(batch_size=batch_size, include_prompts=include_prompts, **rule)
+    keyed = key_settings(remote_model or model if remote_url else model, settings,
+                         dtype=dtype, device=device,
+                         remote=redact_url(remote_url) if remote_url else None)
+
+    def told(reused: int, todo: int) -> None:
+        if reused:
+            console.print(f"resuming: {reused} decisions reused from {output}.cache, "
+                          f"{todo} to compute")
+
+    report = run_score(
+        input, output, keyed,
+        lambda: _load(model, device, dtype, remote_url=remote_url, remote_model=remote_model,
+                      concurrency=concurrency, batch_size=batch_size,
+                      include_prompts=include_prompts, **rule),
+        batch_size=batch_size, on_reuse=told,
+    )
+    console.print(f"{report.records} decisions in {escape(str(report.output))} "
+                  f"({report.computed} computed, {report.reused} reused)")
 
 
 @app.command(name="index")

@@ -12,15 +12,21 @@ class TrustMarginConfig(BaseModel):
     top-20 passages, a 2048-token context and at most 20 new tokens per answer.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN would make every comparison with tau false (all Direct): refuse it up front.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     lambda_bind: float = Field(0.5, description="Weight of the evidence-binding margin.")
     tau: float = Field(-1.5, description="Threshold: RAG is chosen iff M > tau.")
-    top_k: int = Field(20, ge=1, description="Passages retrieved per question.")
+    top_k: int = Field(20, ge=1, description="Passages retrieved per question by "
+                                             "TrustMargin.answer when no k is given.")
     max_context_tokens: int = Field(
         2048, ge=16, description="Token budget of the concatenated passage context."
     )
     max_new_tokens: int = Field(20, ge=1, le=512, description="Greedy generation length.")
+    clean_answers: bool = Field(
+        True, description="Cut every candidate, generated or given, to its short-answer form "
+                          "(first line, no 'Answer:' label, quotes or final period); a given "
+                          "candidate that changes is reported in the Decision's warnings.")
     skip_scoring_when_agree: bool = Field(
         True, description="Skip the six likelihoods when both answers normalize equal."
     )

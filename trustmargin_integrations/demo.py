@@ -57,10 +57,8 @@ def run_demo(
     """Index the demo corpus, retrieve, generate both answers, arbitrate and score."""
     index = BM25Index.build(demo_corpus())
     questions = demo_questions()[:limit]
-    hits = index.search_batch([q.question for q in questions], k=top_k)
-    inputs = [{"id": q.id, "question": q.question, "passages": [p.as_context() for p in h]}
-              for q, h in zip(questions, hits, strict=True)]
-    decisions = tm.arbitrate_batch(inputs, progress=progress)
+    decisions = tm.answer_batch([q.question for q in questions], index, top_k,
+                                progress=progress)
     rows = []
     for q, d in zip(questions, decisions, strict=True):
         oracle = max((d.direct_answer, d.rag_answer), key=lambda a: token_f1(a, q.answers))

@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,14 +174,23 @@ def converted_cache_dir(gguf: Path) -> Path:
 
 def convert_gguf(gguf: Path, out: Path) -> Path:
     """De-quantize a GGUF once and save it as a transformers safetensors directory."""
+    logger.info("converting %s to safetensors in %s (one time)", gguf, out)
+    # A private build folder per process: two first runs at once (a notebook and a CLI, two
+    # test workers) must not write into each other's files.
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=out.name + ".building-"))
+    try:
+        _build(gguf, tmp)
+        return _publish(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _build(gguf: Path, tmp: Path) -> None:
     import torch
     from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    logger.info("converting %s to safetensors in %s (one time)", gguf, out)
-    tmp = out.with_name(out.name + ".building")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
                                                  dtype=torch.float32)
@@ -192,8 +202,20 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
     model.generation_config.save_pretrained(str(tmp))
     tokenizer.save_pretrained(str(tmp))
     _write_manifest(tmp, str(gguf))
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.replace(out)
+
+
+def _publish(tmp: Path, out: Path) -> Path:
+    """Move a finished build into place, unless a concurrent build already put a good one."""
+    if out.is_dir():
+        try:
+            verify_cache_entry(out)
+            return out
+        except CacheCorruptError:
+            shutil.rmtree(out, ignore_errors=True)
+    try:
+        tmp.replace(out)
+    except OSError:
+        verify_cache_entry(out)  # another process renamed its build in between
     return out
 
 

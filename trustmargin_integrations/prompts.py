@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from trustmargin_integrations.schema import ViewPrompts
+
 PROMPT_VERSION = "trustmargin-appendix-v1"
 
 QUESTION_ONLY_TEMPLATE = (
@@ -46,15 +48,6 @@ CONTEXT_ONLY_TEMPLATE = (
 
 
 @dataclass(frozen=True)
-class ViewTexts:
-    """The user-message text of each view, before any chat template."""
-
-    question_only: str
-    question_context: str
-    context_only: str
-
-
-@dataclass(frozen=True)
 class BuiltContext:
     """A passage context cut to the token budget.
 
@@ -90,17 +83,10 @@ def build_context(
     When not even the first passage fits, it is cut to the budget with ``truncate_tokens``
     (token-level) so the question still sees some evidence; the result says so.
     """
-    used: list[str] = []
-    tokens = 0
-    for passage in passages:
-        candidate = join_passages([*used, passage])
-        candidate_tokens = count_tokens(candidate)
-        if candidate_tokens > max_tokens:
-            break
-        used.append(passage)
-        tokens = candidate_tokens
+    used = _passages_that_fit(passages, count_tokens, max_tokens)
     if used or not passages:
-        return BuiltContext(join_passages(used), len(used), len(passages), tokens, False)
+        text = join_passages(passages[:used])
+        return BuiltContext(text, used, len(passages), count_tokens(text) if used else 0, False)
     if truncate_tokens is None:
         raise ValueError("the first passage exceeds the context budget and no truncator was given")
     prefix_tokens = count_tokens(format_passage(0, ""))
@@ -109,9 +95,39 @@ def build_context(
     return BuiltContext(text, 1, len(passages), count_tokens(text), True)
 
 
-def view_texts(question: str, context: str) -> ViewTexts:
+def _passages_that_fit(
+    passages: Sequence[str], count_tokens: Callable[[str], int], max_tokens: int
+) -> int:
+    """The largest n whose first-n context has at most ``max_tokens`` tokens.
+
+    Tokenizing every prefix would be quadratic in the number of passages, so the per-line
+    counts give an estimate and a few exact counts of the joined text settle it (a join can
+    merge or split a token at a line boundary, so the estimate alone is not exact).
+    """
+    if not passages:
+        return 0
+    newline = count_tokens("\n")
+    running, estimate = 0, 0
+    for i, passage in enumerate(passages):
+        running += count_tokens(format_passage(i, passage)) + (newline if i else 0)
+        if running > max_tokens:
+            break
+        estimate = i + 1
+
+    def fits(n: int) -> bool:
+        return n == 0 or count_tokens(join_passages(passages[:n])) <= max_tokens
+
+    n = estimate
+    while n > 0 and not fits(n):
+        n -= 1
+    while n < len(passages) and fits(n + 1):
+        n += 1
+    return n
+
+
+def view_texts(question: str, context: str) -> ViewPrompts:
     """Fill the three appendix templates for one question and its context string."""
-    return ViewTexts(
+    return ViewPrompts(
         question_only=QUESTION_ONLY_TEMPLATE.format(question=question),
         question_context=QUESTION_CONTEXT_TEMPLATE.format(context=context, question=question),
         context_only=CONTEXT_ONLY_TEMPLATE.format(context=context),

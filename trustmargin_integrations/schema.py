@@ -1,21 +1,16 @@
-"""Pydantic records: the input of one arbitration and the Decision (the audit record)."""
+"""Pydantic records: passages, the input of one arbitration, the three prompt views and the
+Decision (the audit record)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Source = Literal["direct", "rag", "agree"]
+from trustmargin_integrations.margins import SETTLED, Choice, Reason, Variant, decide
 
-DecisionReason = Literal[
-    "margin_above_tau",
-    "margin_at_or_below_tau",
-    "answers_agree",
-    "rag_answer_blank",
-    "direct_answer_blank",
-    "both_answers_blank",
-]
+Source = Literal["direct", "rag", "agree"]
+DecisionReason = Reason
 
 
 class Passage(BaseModel):
@@ -30,8 +25,23 @@ class Passage(BaseModel):
     metadata: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
 
     def as_context(self) -> str:
-        """The passage as it enters the prompt: ``title: text`` when a title exists."""
+        """The passage as it enters the prompt: ``title: text`` when a title exists.
+
+        Every entry point (core, LangChain documents, LlamaIndex nodes) formats passages
+        through this method, so the same evidence always yields the same prompt.
+        """
         return f"{self.title}: {self.text}" if self.title else self.text
+
+
+class PassageRef(BaseModel):
+    """Which passage entered the context: its rank, id, title and retriever score."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int = Field(ge=0, description="Position in the retrieval order (0 = best).")
+    id: str | None = Field(None, description="The passage id (None for a bare string).")
+    title: str = ""
+    score: float | None = Field(None, description="Retriever score, when known.")
 
 
 class ArbitrationInput(BaseModel):
@@ -40,10 +50,15 @@ class ArbitrationInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     question: str
-    passages: list[str] = Field(description="Passage texts in retrieval order.")
+    passages: list[str | Passage] = Field(
+        description="Passages in retrieval order: texts, or Passage records (whose id, title "
+                    "and score then appear in the Decision).")
     direct_answer: str | None = None
     rag_answer: str | None = None
     id: str | None = Field(None, description="Caller's identifier, copied to the Decision.")
+    metadata: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Caller's JSON data (a gold answer, a trace id), copied to the Decision.")
 
 
 class ViewLikelihoods(BaseModel):
@@ -57,14 +72,14 @@ class ViewLikelihoods(BaseModel):
     num_tokens: int = Field(ge=1, description="|y|: answer length in tokens.")
 
 
-class RenderedPrompts(BaseModel):
-    """The exact strings fed to the model (chat template applied), one per view."""
+class ViewPrompts(BaseModel):
+    """One string per prompt view: the filled templates, or the exact rendered prompts."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    question_only: str
-    question_context: str
-    context_only: str
+    question_only: str = Field(description="question-only view (closed-book)")
+    question_context: str = Field(description="question + passages view (RAG)")
+    context_only: str = Field(description="passages-only view (question removed)")
 
 
 class Timings(BaseModel):
@@ -97,6 +112,10 @@ class Decision(BaseModel):
     rag_answer: str
     direct_generated: bool = Field(description="True when the Direct answer was generated here.")
     rag_generated: bool = Field(description="True when the RAG answer was generated here.")
+    direct_raw: str | None = Field(
+        None, description="The Direct text before answer cleaning, when cleaning changed it.")
+    rag_raw: str | None = Field(
+        None, description="The RAG text before answer cleaning, when cleaning changed it.")
     direct_likelihoods: ViewLikelihoods | None = None
     rag_likelihoods: ViewLikelihoods | None = None
     m_prior: float | None = None
@@ -106,6 +125,8 @@ class Decision(BaseModel):
     tau: float
     passages_given: int
     passages_used: int
+    passages: list[PassageRef] = Field(
+        default_factory=list, description="The passages that entered the context, in order.")
     context_tokens: int
     context_truncated: bool
     model_id: str
@@ -114,9 +135,30 @@ class Decision(BaseModel):
     warnings: list[str] = Field(
         default_factory=list, description="Every change made to the input, e.g. a cut context."
     )
-    prompts: RenderedPrompts | None = None
+    prompts: ViewPrompts | None = None
+    metadata: dict[str, Any] = Field(
+        default_factory=dict, description="The caller's data from the input, untouched.")
+
+    def replay(
+        self,
+        lambda_bind: float | None = None,
+        tau: float | None = None,
+        variant: Variant = "full",
+    ) -> Choice:
+        """The candidate the rule keeps under other hyper-parameters (default: its own).
+
+        Decisions settled before scoring (no evidence, a blank answer, equal answers) keep
+        their outcome: no hyper-parameter can change them.
+        """
+        if self.reason in SETTLED:
+            return SETTLED[self.reason]
+        if self.m_prior is None or self.m_bind is None:
+            raise ValueError(f"decision {self.id!r} has reason {self.reason!r} but no margins")
+        lam = self.lambda_bind if lambda_bind is None else lambda_bind
+        return decide(self.m_prior, self.m_bind, lam, self.tau if tau is None else tau,
+                      variant).choice
 
     @property
     def chose_rag(self) -> bool:
-        """True when the RAG answer is the final answer (``agree`` counts as both)."""
-        return self.source in ("rag", "agree")
+        """True when the final answer is the RAG candidate (equal answers count as RAG)."""
+        return self.replay() == "rag"

@@ -4,18 +4,16 @@ from trustmargin_integrations.backends.base import (
     Backend,
     ContinuationRequest,
     ContinuationScore,
-    JobResult,
-    RenderedViews,
-    ScoringJob,
-    run_jobs_plain,
+    ModelSession,
+    PlainSession,
+    plain_session,
 )
 
 __all__ = [
     "Backend",
     "ContinuationRequest",
     "ContinuationScore",
-    "JobResult",
-    "RenderedViews",
-    "ScoringJob",
-    "run_jobs_plain",
+    "ModelSession",
+    "PlainSession",
+    "plain_session",
 ]

@@ -1,23 +1,25 @@
-"""The backend protocol shared by every engine (local transformers, OpenAI-compatible servers).
+"""The backend protocol: what TrustMargin needs from a language model, and nothing more.
 
-A backend renders prompts, counts tokens, generates greedily and returns teacher-forced
-log-likelihoods of continuations. ``run_jobs`` is the one call the arbiter makes: it
-generates the missing candidates and scores the six likelihoods for a batch of questions,
-so an engine can share work between generation and scoring. :func:`run_jobs_plain` is the
-straightforward implementation every backend can fall back to.
+A backend owns the model: it renders prompts with the model's chat template, counts tokens,
+generates greedy continuations of prompts and scores continuations under prompts
+(teacher-forced log-likelihoods). It knows nothing of the method: which prompts to generate,
+which answers to score, how to clean them and how to decide is the arbiter's business
+(:mod:`trustmargin_integrations.arbiter`).
+
+The arbiter works on one batch of questions inside ``with backend.session() as s:``, calling
+``s.generate`` for the missing candidates and then ``s.score`` for the likelihoods. A session
+lets an engine keep state between those two calls: the transformers backend keeps the KV
+caches of generation and branches the scoring off them. :class:`PlainSession` simply forwards
+to the backend's own ``generate`` and ``score_continuations``; that is all a simple engine
+needs (see :class:`~trustmargin_integrations.backends.openai_compat.OpenAICompatBackend`).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
-
-View = Literal["question_only", "question_context", "context_only"]
-Candidate = Literal["direct", "rag"]
-VIEWS: tuple[View, ...] = ("question_only", "question_context", "context_only")
-CANDIDATES: tuple[Candidate, ...] = ("direct", "rag")
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -43,50 +45,22 @@ class ContinuationScore:
         return self.logprob_sum / self.num_tokens
 
 
-@dataclass(frozen=True)
-class RenderedViews:
-    """The three prompts exactly as the model sees them (chat template applied)."""
+@runtime_checkable
+class ModelSession(Protocol):
+    """Generation and scoring for one batch of questions (state may be shared between them)."""
 
-    question_only: str
-    question_context: str
-    context_only: str
+    def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
+        """Greedy continuations of rendered prompts (raw text, special tokens removed)."""
+        ...
 
-    def get(self, view: View) -> str:
-        """The rendered prompt of ``view``."""
-        return getattr(self, view)
-
-
-@dataclass(frozen=True)
-class ScoringJob:
-    """One question for :meth:`Backend.run_jobs`; a ``None`` answer is generated."""
-
-    views: RenderedViews
-    direct_answer: str | None
-    rag_answer: str | None
-
-
-@dataclass
-class JobResult:
-    """Candidates (cleaned), raw generations and, when scored, the six likelihoods."""
-
-    direct_answer: str
-    rag_answer: str
-    direct_raw: str | None = None
-    rag_raw: str | None = None
-    scores: dict[tuple[Candidate, View], ContinuationScore] | None = None
-    generate_direct_s: float = 0.0
-    generate_rag_s: float = 0.0
-    scoring_s: float = 0.0
-    extras: dict[str, float] = field(default_factory=dict)
-
-
-AnswerCleaner = Callable[[str], str]
-ScoringFilter = Callable[[str, str], bool]
+    def score(self, requests: Sequence[ContinuationRequest]) -> list[ContinuationScore]:
+        """Teacher-forced log-likelihood of each continuation under its prompt."""
+        ...
 
 
 @runtime_checkable
 class Backend(Protocol):
-    """What the arbiter needs from a language-model engine."""
+    """A language-model engine: prompts and tokens in, text and log-likelihoods out."""
 
     model_id: str
 
@@ -95,15 +69,11 @@ class Backend(Protocol):
         ...
 
     def count_tokens(self, text: str) -> int:
-        """Number of tokens of ``text`` without special tokens."""
+        """Number of tokens of ``text`` without special tokens (0: nothing to score)."""
         ...
 
     def truncate_tokens(self, text: str, max_tokens: int) -> str:
         """The longest token prefix of ``text`` with at most ``max_tokens`` tokens, as text."""
-        ...
-
-    def answer_token_count(self, answer: str) -> int:
-        """Tokens the answer has when scored (0 means it cannot be scored)."""
         ...
 
     def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
@@ -116,64 +86,27 @@ class Backend(Protocol):
         """Teacher-forced log-likelihood of each continuation (the reference semantics)."""
         ...
 
-    def run_jobs(
-        self,
-        jobs: Sequence[ScoringJob],
-        *,
-        max_new_tokens: int,
-        clean: AnswerCleaner,
-        needs_scoring: ScoringFilter,
-    ) -> list[JobResult]:
-        """Generate missing candidates, then score the six likelihoods where needed."""
+    def session(self) -> AbstractContextManager[ModelSession]:
+        """A scope for one batch's generation and scoring (see :class:`PlainSession`)."""
         ...
 
 
-def scoring_requests(
-    views: RenderedViews, direct: str, rag: str
-) -> list[tuple[tuple[Candidate, View], ContinuationRequest]]:
-    """The six (candidate, view) requests of one question, in a fixed order."""
-    answers = {"direct": direct, "rag": rag}
-    return [
-        ((cand, view), ContinuationRequest(views.get(view), answers[cand]))
-        for cand in CANDIDATES
-        for view in VIEWS
-    ]
+class PlainSession:
+    """A session that forwards to the backend's ``generate`` and ``score_continuations``."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+
+    def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
+        """Greedy continuations, straight from the backend."""
+        return self.backend.generate(prompts, max_new_tokens)
+
+    def score(self, requests: Sequence[ContinuationRequest]) -> list[ContinuationScore]:
+        """Log-likelihoods, straight from the backend."""
+        return self.backend.score_continuations(requests)
 
 
-def run_jobs_plain(
-    backend: Backend,
-    jobs: Sequence[ScoringJob],
-    *,
-    max_new_tokens: int,
-    clean: AnswerCleaner,
-    needs_scoring: ScoringFilter,
-) -> list[JobResult]:
-    """Reference ``run_jobs``: batched generation, then one scoring request per likelihood."""
-    results = [JobResult(direct_answer=j.direct_answer or "", rag_answer=j.rag_answer or "")
-               for j in jobs]
-    for candidate in CANDIDATES:
-        view: View = "question_only" if candidate == "direct" else "question_context"
-        todo = [i for i, j in enumerate(jobs) if getattr(j, f"{candidate}_answer") is None]
-        if not todo:
-            continue
-        start = time.perf_counter()
-        raw = backend.generate([jobs[i].views.get(view) for i in todo], max_new_tokens)
-        share = (time.perf_counter() - start) / len(todo)
-        for i, text in zip(todo, raw, strict=True):
-            setattr(results[i], f"{candidate}_raw", text)
-            setattr(results[i], f"{candidate}_answer", clean(text))
-            setattr(results[i], f"generate_{candidate}_s", share)
-    to_score = [i for i, r in enumerate(results) if needs_scoring(r.direct_answer, r.rag_answer)]
-    if to_score:
-        start = time.perf_counter()
-        keyed = [scoring_requests(jobs[i].views, results[i].direct_answer,
-                                  results[i].rag_answer) for i in to_score]
-        flat = [req for group in keyed for _, req in group]
-        scores = backend.score_continuations(flat)
-        share = (time.perf_counter() - start) / len(to_score)
-        for n, i in enumerate(to_score):
-            group = keyed[n]
-            chunk = scores[n * len(group):(n + 1) * len(group)]
-            results[i].scores = {key: s for (key, _), s in zip(group, chunk, strict=True)}
-            results[i].scoring_s = share
-    return results
+@contextmanager
+def plain_session(backend: Backend) -> Iterator[ModelSession]:
+    """``Backend.session`` for engines with nothing to share between generation and scoring."""
+    yield PlainSession(backend)

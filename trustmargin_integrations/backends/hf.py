@@ -1,14 +1,16 @@
 """Local transformers backend with shared-prefix scoring and generation-cache reuse.
 
-The fast path works on a batch of questions at once:
+The arbiter drives one batch of questions through :meth:`HFBackend.session`:
 
-1. The question-only prompts are prefilled (and the Direct answers greedily generated) in one
-   left-padded batch; the question-context prompts likewise for the RAG answers. Each batch
-   keeps its KV cache, cropped back to the prompts.
-2. Every scoring view is a *stem* off one of those caches: a number of visible prompt tokens,
-   a few tokens to feed, then both answers as children. The question-context and
-   context-only views share the passage prefix, so the context-only view is a stem off the
-   question-context cache that sees only the shared prefix and feeds its own short tail.
+1. ``session.generate`` prefills the question-only prompts (and greedily decodes the Direct
+   answers) in one left-padded batch, and the question-context prompts likewise for the RAG
+   answers. Each batch keeps its KV cache, cropped back to the prompts.
+2. ``session.score`` turns every scoring request into a *stem* off the cached prompt it
+   shares the longest token prefix with: a number of visible cached tokens, the tokens to
+   feed, then the answers as children. A view's own generation cache gives a one-token
+   stem; the context-only view shares the passage prefix with the question+context prompt,
+   so it is a stem that sees that prefix and feeds its own short tail. Prompts no cache
+   covers (candidates given, nothing generated) are prefilled once and branched the same way.
 3. All stems of a row are packed into one short sequence after the cached prompt and run in
    a single forward pass with a tree-shaped 4D attention mask (each token sees its visible
    prompt part, its stem and itself), so no cache is copied and no prefix is recomputed; the
@@ -22,8 +24,8 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,13 +33,9 @@ import torch
 
 from trustmargin_integrations.answers import answer_complete
 from trustmargin_integrations.backends.base import (
-    AnswerCleaner,
     ContinuationRequest,
     ContinuationScore,
-    JobResult,
-    ScoringFilter,
-    ScoringJob,
-    run_jobs_plain,
+    ModelSession,
 )
 from trustmargin_integrations.backends.tokens import LocalTokenizerMixin
 from trustmargin_integrations.errors import BackendError, ModelLoadError
@@ -119,7 +117,8 @@ class HFBackend(LocalTokenizerMixin):
         model: a loaded ``PreTrainedModel`` (causal LM).
         tokenizer: its tokenizer.
         model_id: the name recorded in every Decision.
-        fast: use the shared-prefix path in :meth:`run_jobs` (``False`` = reference path).
+        fast: branch scoring off the generation caches in :meth:`session` (``False`` = the
+            plain reference path, one forward pass per scored sequence).
     """
 
     def __init__(self, model: Any, tokenizer: Any, model_id: str, *, fast: bool = True) -> None:
@@ -345,90 +344,147 @@ class HFBackend(LocalTokenizerMixin):
         mask = torch.zeros(allowed.shape, dtype=dtype)
         return mask.masked_fill(~allowed, torch.finfo(dtype).min)
 
-    def run_jobs(
-        self,
-        jobs: Sequence[ScoringJob],
-        *,
-        max_new_tokens: int,
-        clean: AnswerCleaner,
-        needs_scoring: ScoringFilter,
-    ) -> list[JobResult]:
-        """Generate missing candidates and score six likelihoods, sharing prefixes and caches."""
-        with self._lock:
-            if not self.fast:
-                return run_jobs_plain(self, jobs, max_new_tokens=max_new_tokens, clean=clean,
-                                      needs_scoring=needs_scoring)
-            results = [JobResult(direct_answer=j.direct_answer or "", rag_answer=j.rag_answer or "")
-                       for j in jobs]
-            q_ids = [self.encode_prompt(j.views.question_only) for j in jobs]
-            qc_ids = [self.encode_prompt(j.views.question_context) for j in jobs]
-            families = {"direct": q_ids, "rag": qc_ids}
-            caches: list[tuple[str, list[int], PrefilledBatch]] = []
-            # Generation first: its caches are kept for scoring, and only once both answers are
-            # known can we tell which questions need scoring at all.
-            for cand, prompts in families.items():
-                rows = [i for i, j in enumerate(jobs) if getattr(j, f"{cand}_answer") is None]
-                if not rows:
-                    continue
-                start = time.perf_counter()
-                batch = self._prefill([prompts[i] for i in rows], max_new_tokens)
-                share = (time.perf_counter() - start) / len(rows)
-                for i, gen in zip(rows, batch.generated, strict=True):
-                    raw = self._decode(gen)
-                    setattr(results[i], f"{cand}_raw", raw)
-                    setattr(results[i], f"{cand}_answer", clean(raw))
-                    setattr(results[i], f"generate_{cand}_s", share)
-                caches.append((cand, rows, batch))
-            scored = {i for i, r in enumerate(results) if needs_scoring(r.direct_answer,
-                                                                        r.rag_answer)}
-            for cand, prompts in families.items():
-                rows = [i for i, j in enumerate(jobs)
-                        if getattr(j, f"{cand}_answer") is not None and i in scored]
-                if rows:
-                    start = time.perf_counter()
-                    caches.append((cand, rows, self._prefill([prompts[i] for i in rows], 0)))
-                    share = (time.perf_counter() - start) / len(rows)
-                    for i in rows:
-                        results[i].scoring_s += share
-            answers = {i: (tuple(self.encode_answer(results[i].direct_answer)),
-                           tuple(self.encode_answer(results[i].rag_answer))) for i in scored}
-            for i in scored:
-                results[i].scores = {}
-            for cand, rows, batch in caches:
-                keep = [n for n, i in enumerate(rows) if i in scored]
-                if not keep:
-                    continue
-                start = time.perf_counter()
-                trees = [self._stems(cand, q_ids[rows[n]], qc_ids[rows[n]],
-                                     self.encode_prompt(jobs[rows[n]].views.context_only),
-                                     *answers[rows[n]]) for n in keep]
-                scores = self._score_stems(batch, keep, [t[1] for t in trees])
-                share = (time.perf_counter() - start) / len(keep)
-                for n, (keys, _), row_scores in zip(keep, trees, scores, strict=True):
-                    result = results[rows[n]]
-                    result.scores.update(dict(zip(keys, row_scores, strict=True)))  # type: ignore[union-attr]
-                    result.scoring_s += share
-            return results
+    # -- sessions: generation caches kept for scoring ---------------------------------------
 
-    @staticmethod
-    def _stems(
-        family: str,
-        q_ids: list[int],
-        qc_ids: list[int],
-        co_ids: list[int],
-        direct: tuple[int, ...],
-        rag: tuple[int, ...],
-    ) -> tuple[list[tuple[str, str]], list[Stem]]:
-        """What one cached prompt scores: the question-only view off the Direct cache; the
-        question+context and context-only views off the RAG cache, the latter seeing only
-        the token prefix both prompts share and feeding its own short tail."""
-        if family == "direct":
-            keys = [("direct", "question_only"), ("rag", "question_only")]
-            return keys, [Stem(len(q_ids) - 1, (q_ids[-1],), (direct, rag))]
-        shared = min(common_prefix_length(qc_ids, co_ids), len(co_ids) - 1, len(qc_ids) - 1)
-        keys = [("direct", "question_context"), ("rag", "question_context"),
-                ("direct", "context_only"), ("rag", "context_only")]
-        return keys, [
-            Stem(len(qc_ids) - 1, (qc_ids[-1],), (direct, rag)),
-            Stem(shared, tuple(co_ids[shared:]), (direct, rag)),
-        ]
+    def session(self) -> AbstractContextManager[ModelSession]:
+        """A per-batch scope that keeps generation caches so scoring can branch off them."""
+        return HFSession(self)
+
+    def _plan_and_score(
+        self, requests: Sequence[ContinuationRequest], caches: list[CachedPrompts]
+    ) -> list[ContinuationScore]:
+        """Score every request as a stem off the cached prompt it shares most tokens with.
+
+        Prompts that no cache covers are prefilled (in length-bucketed batches) first; a
+        prompt whose tail after the best shared prefix is short (a context-only view next to
+        its question+context view, a question-only view next to any chat prompt) is fed as a
+        stem instead. Each cache is consumed by its one scoring pass.
+        """
+        results: list[ContinuationScore | None] = [None] * len(requests)
+        by_prompt: dict[str, list[tuple[int, tuple[int, ...]]]] = {}
+        for n, req in enumerate(requests):
+            answer = tuple(self.encode_answer(req.continuation))
+            if not answer:
+                results[n] = ContinuationScore(0.0, 0)
+                continue
+            by_prompt.setdefault(req.prompt, []).append((n, answer))
+        if by_prompt:
+            encoded = {prompt: self.encode_prompt(prompt) for prompt in by_prompt}
+            uncovered = [p for p, ids in encoded.items() if _best_branch(ids, caches) is None]
+            for bucket in _length_buckets(_prefill_choice(uncovered, encoded)):
+                ids = [encoded[p] for p in bucket]
+                caches.append(CachedPrompts(self._prefill(ids, 0), ids))
+            plan: dict[int, dict[int, list[tuple[Stem, list[int]]]]] = {}
+            for prompt, targets in by_prompt.items():
+                ids = encoded[prompt]
+                branch = _best_branch(ids, caches, limit=None)
+                assert branch is not None  # every prompt is covered after the prefills
+                c, row, visible = branch
+                stem = Stem(visible, tuple(ids[visible:]), tuple(t for _, t in targets))
+                plan.setdefault(c, {}).setdefault(row, []).append((stem, [n for n, _ in targets]))
+            for c, rows in plan.items():
+                order = sorted(rows)
+                scores = self._score_stems(caches[c].batch, order,
+                                           [[stem for stem, _ in rows[r]] for r in order])
+                for r, row_scores in zip(order, scores, strict=True):
+                    flat = [n for _, ns in rows[r] for n in ns]
+                    for n, score in zip(flat, row_scores, strict=True):
+                        results[n] = score
+                caches[c].consumed = True
+        return [r for r in results if r is not None]
+
+
+@dataclass
+class CachedPrompts:
+    """A prefilled batch kept for scoring, with the token ids of its prompts."""
+
+    batch: PrefilledBatch
+    prompts: list[list[int]]
+    consumed: bool = False
+
+
+# A prompt is fed as a stem off a cached prompt when at most this many of its tokens are not
+# shared: the context-only and question-only views (tens of tokens) qualify; a prompt with
+# its own long passage context gets a prefill of its own.
+_MAX_STEM_TAIL = 128
+
+
+def _best_branch(
+    ids: list[int], caches: list[CachedPrompts], limit: int | None = _MAX_STEM_TAIL
+) -> tuple[int, int, int] | None:
+    """(cache, row, visible tokens) of the cached prompt sharing most of ``ids``'s prefix.
+
+    At least one token is always fed (its logits predict the answer's first token), so at
+    most ``len(ids) - 1`` cached tokens are visible. None when no unconsumed cache leaves a
+    tail of at most ``limit`` tokens.
+    """
+    best: tuple[int, int, int] | None = None
+    for c, cached in enumerate(caches):
+        if cached.consumed:
+            continue
+        for row, prompt in enumerate(cached.prompts):
+            visible = min(common_prefix_length(ids, prompt), len(ids) - 1)
+            if best is None or visible > best[2]:
+                best = (c, row, visible)
+    if best is None or (limit is not None and len(ids) - best[2] > limit):
+        return None
+    return best
+
+
+def _prefill_choice(prompts: list[str], encoded: dict[str, list[int]]) -> list[str]:
+    """The fewest prompts to prefill so every prompt is covered (longest first, greedy)."""
+    chosen: list[str] = []
+    for prompt in sorted(prompts, key=lambda p: -len(encoded[p])):
+        ids = encoded[prompt]
+        shared = max((common_prefix_length(ids, encoded[c]) for c in chosen), default=0)
+        if not chosen or len(ids) - min(shared, len(ids) - 1) > _MAX_STEM_TAIL:
+            chosen.append(prompt)
+    return chosen
+
+
+def _length_buckets(prompts: list[str]) -> list[list[str]]:
+    """Group prompts of similar length so a left-padded batch wastes little compute."""
+    buckets: list[list[str]] = []
+    for prompt in sorted(prompts, key=len):
+        if buckets and len(prompt) <= 2 * len(buckets[-1][0]):
+            buckets[-1].append(prompt)
+        else:
+            buckets.append([prompt])
+    return buckets
+
+
+class HFSession:
+    """One batch's generation and scoring on an :class:`HFBackend`.
+
+    ``generate`` keeps each batch's KV cache (cropped to the prompts); ``score`` branches
+    every request off the cached prompt it shares the longest prefix with. With
+    ``backend.fast`` off, both calls are the plain reference path.
+    """
+
+    def __init__(self, backend: HFBackend) -> None:
+        self.backend = backend
+        self._caches: list[CachedPrompts] = []
+
+    def __enter__(self) -> HFSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._caches.clear()
+
+    def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
+        """Greedy continuations; the prompts' cache stays for :meth:`score`."""
+        backend = self.backend
+        encoded = [backend.encode_prompt(p) for p in prompts]
+        with backend._lock:
+            batch = backend._prefill(encoded, max_new_tokens)
+        if backend.fast:
+            self._caches.append(CachedPrompts(batch, encoded))
+        return [backend._decode(ids) for ids in batch.generated]
+
+    def score(self, requests: Sequence[ContinuationRequest]) -> list[ContinuationScore]:
+        """Teacher-forced log-likelihoods, branching off this session's caches."""
+        backend = self.backend
+        with backend._lock:
+            if not backend.fast:
+                return backend._score_plain(requests)
+            return backend._plan_and_score(requests, self._caches)

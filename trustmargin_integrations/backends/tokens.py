@@ -11,7 +11,7 @@ from typing import Any
 
 
 class LocalTokenizerMixin:
-    """``render_prompt``, ``count_tokens``, ``truncate_tokens``, ``answer_token_count``.
+    """``render_prompt``, ``count_tokens``, ``truncate_tokens`` from a local tokenizer.
 
     Needs ``self.tokenizer`` (a transformers tokenizer); an optional ``self._renderer``
     replaces the chat template.
@@ -47,7 +47,3 @@ class LocalTokenizerMixin:
     def truncate_tokens(self, text: str, max_tokens: int) -> str:
         """The first ``max_tokens`` tokens of ``text``, decoded back to text."""
         return self.tokenizer.decode(self.encode_answer(text)[:max_tokens])
-
-    def answer_token_count(self, answer: str) -> int:
-        """Tokens of a candidate answer as scored."""
-        return len(self.encode_answer(answer))

@@ -14,7 +14,7 @@ from trustmargin_integrations.evaluation.runner import (
     run_eval,
     run_noise,
 )
-from trustmargin_integrations.evaluation.store import ResultStore, cache_key
+from trustmargin_integrations.store import ResultStore, cache_key
 
 __all__ = [
     "EvalExample",

@@ -4,9 +4,8 @@ Every method of the paper's tables chooses between the same two cached candidate
 pure function of the cached likelihoods:
 
 * ``direct`` / ``rag``: always one source;
-* ``trustmargin``: ``M = M_prior + lambda * M_bind > tau``;
-* ``no_prior`` (w/o M_prior): ``lambda * M_bind > tau``; ``no_bind`` (w/o M_bind):
-  ``M_prior > tau``;
+* ``trustmargin``, ``no_prior`` (w/o M_prior), ``no_bind`` (w/o M_bind): the rule of
+  :mod:`trustmargin_integrations.margins`, replayed by ``Decision.replay``;
 * ``oracle``: the better candidate by the gold answer (max F1, max EM).
 
 Dataset averages follow the paper: the arithmetic mean of the per-dataset numbers.
@@ -17,16 +16,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import mean, median
-from typing import Literal
 
+from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.metrics import exact_match, mean_x100, token_f1
 from trustmargin_integrations.evaluation.runner import EvalRecord, NoiseRecord
-from trustmargin_integrations.margins import prefers_rag
+from trustmargin_integrations.margins import Choice, Variant
 from trustmargin_integrations.schema import Decision
 
-Choice = Literal["direct", "rag"]
-Variant = Literal["full", "no_prior", "no_bind"]
 METHODS: tuple[str, ...] = ("direct", "rag", "trustmargin", "no_prior", "no_bind", "oracle")
 METHOD_LABELS: dict[str, str] = {
     "direct": "Direct",
@@ -36,40 +33,10 @@ METHOD_LABELS: dict[str, str] = {
     "no_bind": "TrustMargin w/o M_bind",
     "oracle": "Oracle(Direct, RAG)",
 }
-DEFAULT_LAMBDA = 0.5
-DEFAULT_TAU = -1.5
+DEFAULT_LAMBDA: float = TrustMarginConfig.model_fields["lambda_bind"].default
+DEFAULT_TAU: float = TrustMarginConfig.model_fields["tau"].default
 GRID_LAMBDAS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
 GRID_TAUS: tuple[float, ...] = (-3.0, -2.5, -2.0, -1.5, -1.0, -0.5, 0.0, 0.5)
-
-
-def replay_choice(
-    decision: Decision,
-    lambda_bind: float = DEFAULT_LAMBDA,
-    tau: float = DEFAULT_TAU,
-    variant: Variant = "full",
-) -> Choice:
-    """The source the rule picks for a cached decision under other hyper-parameters.
-
-    Cases the arbiter settled without scores (a blank candidate, or both answers equal after
-    normalization) keep their outcome: no hyper-parameter can change them.
-    """
-    if decision.reason in ("both_answers_blank", "rag_answer_blank"):
-        return "direct"
-    if decision.reason in ("direct_answer_blank", "answers_agree"):
-        return "rag"
-    if decision.m_prior is None or decision.m_bind is None:
-        raise InvalidInputError("decision", f"{decision.id} has no margins to replay",
-                                "re-run the evaluation; the cache entry is incomplete")
-    if variant == "full":
-        m = decision.m_prior + lambda_bind * decision.m_bind
-    elif variant == "no_prior":
-        m = lambda_bind * decision.m_bind
-    elif variant == "no_bind":
-        m = decision.m_prior
-    else:
-        raise InvalidInputError("variant", f"unknown variant {variant!r}",
-                                "use 'full', 'no_prior' or 'no_bind'")
-    return "rag" if prefers_rag(m, tau) else "direct"
 
 
 @dataclass(frozen=True)
@@ -119,7 +86,7 @@ def method_scores(
                 choice: Choice = "direct" if method == "direct" else "rag"
             else:
                 variant: Variant = "full" if method == "trustmargin" else method  # type: ignore[assignment]
-                choice = replay_choice(s.decision, lambda_bind, tau, variant)
+                choice = s.decision.replay(lambda_bind, tau, variant)
             f1s.append(s.f1(choice))
             ems.append(s.em(choice))
         out[method] = (mean_x100(f1s), mean_x100(ems))
@@ -165,12 +132,12 @@ def arbitration_diagnostics(
     best_em = max(table["direct"][1], table["rag"][1])
     d_better = [s for s in scored if s.f1_direct > s.f1_rag]
     r_better = [s for s in scored if s.f1_rag > s.f1_direct]
-    picks = [replay_choice(s.decision, lambda_bind, tau) for s in scored]
+    picks = [s.decision.replay(lambda_bind, tau) for s in scored]
 
     def rate(cases: Sequence[Scored], want: Choice) -> float | None:
         if not cases:
             return None
-        hits = sum(replay_choice(s.decision, lambda_bind, tau) == want for s in cases)
+        hits = sum(s.decision.replay(lambda_bind, tau) == want for s in cases)
         return 100.0 * hits / len(cases)
 
     return ArbitrationDiagnostics(
@@ -216,7 +183,7 @@ def disagreement_recovery(
         cases = [s for s in scored
                  if s.f1(side) > s.f1(other)]  # type: ignore[arg-type]
         available = sum(s.f1(side) - s.f1(other) for s in cases)  # type: ignore[arg-type]
-        realized = sum(s.f1(replay_choice(s.decision, lambda_bind, tau)) - s.f1(other)  # type: ignore[arg-type]
+        realized = sum(s.f1(s.decision.replay(lambda_bind, tau)) - s.f1(other)  # type: ignore[arg-type]
                        for s in cases)
         out[f"{side}_favored"] = Recovery(len(cases), 100.0 * available / n,
                                           100.0 * realized / n)
@@ -272,7 +239,7 @@ def noise_summary(
         items = [n for n in noise if n.n_replaced == level]
         scored = [score_decision(n.decision, n.example.answers) for n in items]
         disagree = [s for s in scored if s.decision.reason != "answers_agree"]
-        picks = [replay_choice(s.decision, lambda_bind, tau) for s in disagree]
+        picks = [s.decision.replay(lambda_bind, tau) for s in disagree]
         table = method_scores(scored, lambda_bind, tau)
         out.append(NoiseLevel(
             n_replaced=level, n=len(items), n_disagree=len(disagree),

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from statistics import mean
 
 from trustmargin_integrations.arbiter import TrustMargin
-from trustmargin_integrations.evaluation.diagnostics import replay_choice
 from trustmargin_integrations.evaluation.runner import EvalRecord
 
 _VIEWS = ("question_only", "question_context", "context_only")
@@ -48,7 +47,7 @@ def measure_drift(reference: Sequence[EvalRecord], other: TrustMargin) -> DriftR
     scored = 0
     for ref, new in zip(reference, fresh, strict=True):
         old = ref.decision
-        if replay_choice(old) != replay_choice(new):
+        if old.replay() != new.replay():
             flips += 1
         if old.m is None or new.m is None:
             continue

@@ -16,8 +16,8 @@ from typing import Any
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.datasets import EvalExample
 from trustmargin_integrations.evaluation.runner import EvalRecord, NoiseRecord
-from trustmargin_integrations.evaluation.store import ResultStore
 from trustmargin_integrations.schema import Decision
+from trustmargin_integrations.store import ResultStore
 
 CACHE_FILE = "cache.jsonl"
 MANIFEST_FILE = "manifest.json"

@@ -26,10 +26,10 @@ from tqdm.auto import tqdm
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.datasets import EvalExample
-from trustmargin_integrations.evaluation.store import ResultStore, cache_key
 from trustmargin_integrations.prompts import PROMPT_VERSION
-from trustmargin_integrations.retrieval.base import Retriever
+from trustmargin_integrations.retrieval.base import Retriever, retrieve_batch
 from trustmargin_integrations.schema import Decision, Passage
+from trustmargin_integrations.store import ResultStore, cache_key
 
 
 class PassageSource(Protocol):
@@ -60,7 +60,9 @@ class PrecomputedPassages:
 
 
 class RetrieverPassages:
-    """Modes (b) and (c): search a retriever (BM25Index, Elasticsearch, ...) per question."""
+    """Modes (b) and (c): the pipeline's retrieval stage over a retriever (BM25Index,
+    Elasticsearch, ...), the same :func:`~trustmargin_integrations.retrieval.base.retrieve_batch`
+    that ``TrustMargin.answer_batch`` uses."""
 
     def __init__(self, retriever: Retriever, name: str = "retriever") -> None:
         if not callable(getattr(retriever, "search", None)):
@@ -70,13 +72,13 @@ class RetrieverPassages:
         self.name = name
 
     def fetch(self, examples: Sequence[EvalExample], k: int) -> list[tuple[list[Passage], float]]:
-        """Search each question; time is measured per query."""
-        out = []
-        for ex in examples:
-            start = time.perf_counter()
-            hits = list(self.retriever.search(ex.question, k))
-            out.append((hits, time.perf_counter() - start))
-        return out
+        """Search every question in one batch; the batch time is split evenly."""
+        if not examples:
+            return []
+        start = time.perf_counter()
+        hits = retrieve_batch(self.retriever, [ex.question for ex in examples], k)
+        share = (time.perf_counter() - start) / len(examples)
+        return [(row, share) for row in hits]
 
 
 @dataclass(frozen=True)
@@ -126,12 +128,12 @@ def settings_for(tm: TrustMargin, *, top_k: int, dtype: str | None, retrieval: s
 
 @dataclass
 class _Pending:
-    index: int
     example: EvalExample
     key: str
-    passages: list[str]
+    passages: list[str]  # the context texts, as keyed
     retrieval_s: float
     direct_answer: str | None
+    evidence: list[Passage] | None = None  # the records, when retrieved (ids reach the Decision)
 
 
 ChunkCallback = Callable[[int, int], None]
@@ -158,7 +160,7 @@ def _run_pending(
     for start in range(0, len(pending), batch_size):
         chunk = pending[start:start + batch_size]
         decisions = tm.arbitrate_batch([
-            {"question": p.example.question, "passages": p.passages,
+            {"question": p.example.question, "passages": p.evidence or p.passages,
              "direct_answer": p.direct_answer, "id": f"{p.example.dataset}:{p.example.id}"}
             for p in chunk
         ])
@@ -203,13 +205,11 @@ def run_eval(
     settings = settings_for(tm, top_k=top_k, dtype=dtype, retrieval=source.name)
     fetched = source.fetch(examples, top_k)
     keyed = []
-    for i, (ex, (passages, seconds)) in enumerate(zip(examples, fetched, strict=True)):
+    for ex, (passages, seconds) in zip(examples, fetched, strict=True):
+        # No passage is a legitimate outcome: the Decision records "no_evidence".
         texts = [p.as_context() for p in passages]
-        if not texts:
-            raise InvalidInputError(f"{ex.dataset}[{ex.id}]", "retrieval returned no passages",
-                                    "check the corpus/index or use precomputed passages")
-        keyed.append(_Pending(i, ex, _key(tm, settings, ex.question, texts, None), texts,
-                              seconds, None))
+        keyed.append(_Pending(ex, _key(tm, settings, ex.question, texts, None), texts,
+                              seconds, None, list(passages)))
     pending = [p for p in keyed if p.key not in store]
     bar = tqdm(total=len(keyed), initial=len(keyed) - len(pending), desc="eval", unit="q",
                disable=not progress, dynamic_ncols=True)
@@ -244,7 +244,7 @@ def cached_records(
         if key not in store:
             raise InvalidInputError(f"{ex.dataset}[{ex.id}]", "is not in the cache",
                                     "run the evaluation for it first")
-        out.append(_record(store, _Pending(0, ex, key, texts, seconds, None), False))
+        out.append(_record(store, _Pending(ex, key, texts, seconds, None), False))
     return out
 
 
@@ -328,7 +328,7 @@ def run_noise(
             key = _key(tm, settings, rec.example.question, noisy, direct)
             planned.append((rec, level, key))
             if key not in store and all(p.key != key for p in pending):
-                pending.append(_Pending(len(pending), rec.example, key, noisy, 0.0, direct))
+                pending.append(_Pending(rec.example, key, noisy, 0.0, direct))
     bar = tqdm(total=len(pending), desc="noise", unit="q", disable=not progress,
                dynamic_ncols=True)
     try:

@@ -1,4 +1,8 @@
-"""An append-only, crash-safe JSONL cache of per-example results.
+"""The one resumable-results store: an append-only, crash-safe JSONL cache of results.
+
+Both long-running jobs keep their finished work here: ``trustmargin eval`` (the run
+directory's ``cache.jsonl``) and ``trustmargin score`` (a ``.partial`` file beside its output,
+from which the output is written atomically at the end).
 
 Every line is one self-checking record ``{"key", "sha", "value"}``: ``sha`` is the sha256 of
 the canonical JSON of ``value``. A run killed mid-write leaves at most one torn last line; it
@@ -6,8 +10,9 @@ fails to parse (or fails its checksum) and is ignored, and the next append start
 line, so nothing already written is ever rewritten. The newest valid record of a key wins.
 
 Keys are content hashes (:func:`cache_key`) of everything that determines a result: model,
-prompt version, code version, generation settings, question, passages and any given
-candidate answers. Changing any of them yields a new key, so stale entries are never reused.
+prompt version, code version, settings, question, passages and any given candidate answers.
+Changing any of them yields a new key, so stale entries are never reused; two identical
+inputs share one key (and one result), so duplicate or missing ids cannot lose work.
 """
 
 from __future__ import annotations
@@ -45,8 +50,8 @@ def cache_key(
     """Content hash of one example's inputs (hex sha256).
 
     ``settings`` holds whatever else changes the result (dtype, context budget, generation
-    length, ...). Hyper-parameters of the decision rule (lambda, tau) are deliberately left
-    out: decisions are replayed from the cached likelihoods.
+    length, and for ``score`` lambda and tau; ``eval`` leaves the rule's hyper-parameters out
+    because it replays decisions from the cached likelihoods).
     """
     payload = {
         "model_id": model_id,

@@ -1,0 +1,213 @@
+"""``trustmargin score``: arbitrate a JSONL file of another system's candidates, resumably.
+
+The job has three steps, and only the middle one needs the model:
+
+1. read and validate the WHOLE input file (every error names ``FILE:LINE.field`` and the fix),
+   so a bad line 90,000 stops the run before the model loads, not after hours;
+2. compute what no earlier run finished: results go to the project's one resumable store
+   (:class:`~trustmargin_integrations.store.ResultStore`, ``OUTPUT.cache`` beside the output),
+   keyed by a hash of the record and everything that changes its decision, so duplicate or
+   missing ids, another input file, another model or another tau are all handled correctly;
+3. write the output in input order to a temporary file and rename it over OUTPUT, so the
+   output is never half-written: it is the old file or the complete new one.
+
+Keys of a record other than the arbitration fields (a gold answer, a source id, ...) are
+carried to its Decision under ``metadata``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from trustmargin_integrations.arbiter import TrustMargin
+from trustmargin_integrations.config import TrustMarginConfig
+from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.prompts import PROMPT_VERSION
+from trustmargin_integrations.schema import Decision
+from trustmargin_integrations.store import ResultStore, cache_key
+from trustmargin_integrations.validation import FIELDS, validate_input
+
+REQUIRED = ("question", "passages", "direct_answer", "rag_answer")
+CACHE_SUFFIX = ".cache"
+
+
+@dataclass(frozen=True)
+class ScoreRecord:
+    """One validated input line: what to arbitrate, and its key in the store."""
+
+    line: int
+    item: dict[str, Any]
+    key: str
+    id: str | None
+
+
+@dataclass(frozen=True)
+class ScoreReport:
+    """What a ``score`` run did."""
+
+    records: int
+    reused: int
+    computed: int
+    output: Path
+    cache: Path
+
+
+def cache_path(output: Path) -> Path:
+    """Where the resumable store of ``output`` lives."""
+    return output.with_name(output.name + CACHE_SUFFIX)
+
+
+def check_paths(input_path: Path, output: Path) -> None:
+    """Refuse the path combinations that would lose data or cannot work."""
+    if not input_path.is_file():
+        raise InvalidInputError("--input", f"{input_path} is not a file", "pass a JSONL file")
+    if output.exists() and not output.is_file():
+        raise InvalidInputError("--output", f"{output} is a directory",
+                                "pass a file path for the decisions")
+    resolved = output.resolve()
+    if resolved in (input_path.resolve(), cache_path(input_path).resolve()):
+        raise InvalidInputError("--output", "is the input file",
+                                "write the decisions to another file")
+
+
+def read_records(path: Path, settings: Mapping[str, Any]) -> list[ScoreRecord]:
+    """Parse and validate every line of a candidates file before any model work.
+
+    Raises:
+        InvalidInputError: naming ``FILE:LINE`` (and the field) of the first bad line.
+    """
+    records: list[ScoreRecord] = []
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            where = f"{path}:{number}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InvalidInputError(where, f"is not valid UTF-8 (byte {exc.start})",
+                                        "save the file as UTF-8") from None
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InvalidInputError(where, f"is not JSON ({exc.msg}, column {exc.colno})",
+                                        "write one JSON object per line") from None
+            if not isinstance(record, dict):
+                raise InvalidInputError(where, f"is a JSON {type(record).__name__}, not an "
+                                        "object", "write one JSON object per line")
+            records.append(_record(record, where, number, settings))
+    if not records:
+        raise InvalidInputError("--input", f"{path} holds no record",
+                                "write one JSON object per line: question, passages, "
+                                "direct_answer, rag_answer")
+    return records
+
+
+def _record(record: dict[str, Any], where: str, number: int,
+            settings: Mapping[str, Any]) -> ScoreRecord:
+    missing = [k for k in REQUIRED if k not in record]
+    if missing:
+        raise InvalidInputError(f"{where}.{missing[0]}", "is missing",
+                                f"every line needs {', '.join(REQUIRED)}")
+    for key in ("direct_answer", "rag_answer"):
+        if not isinstance(record[key], str):
+            raise InvalidInputError(f"{where}.{key}", "must be a string",
+                                    "give both candidates as text (score never generates)")
+    extra = {k: v for k, v in record.items() if k not in FIELDS}
+    metadata = record.get("metadata") or {}
+    if isinstance(metadata, Mapping):
+        clash = sorted(set(extra) & set(metadata))
+        if clash:
+            raise InvalidInputError(f"{where}.{clash[0]}", "is both a key and a metadata key",
+                                    "keep each extra key in one place")
+        metadata = {**metadata, **extra}
+    item = {k: record[k] for k in FIELDS if k in record and k != "metadata"}
+    item["metadata"] = metadata
+    item.setdefault("id", str(number))
+    valid = validate_input(item, where=where)
+    key = cache_key(model_id=str(settings["model"]), prompt_version=PROMPT_VERSION,
+                    question=valid.question, passages=valid.passages,
+                    settings=settings, direct_answer=valid.direct_answer,
+                    rag_answer=valid.rag_answer)
+    return ScoreRecord(number, item, key, valid.id)
+
+
+def key_settings(
+    model: str, config: TrustMarginConfig, **backend: str | None
+) -> dict[str, Any]:
+    """Everything besides the record that changes a decision (the key's ``settings``)."""
+    rule = config.model_dump(exclude={"batch_size"})
+    return {"model": model, "config": rule, **{k: v for k, v in backend.items() if v}}
+
+
+def run_score(
+    input_path: Path,
+    output: Path,
+    settings: Mapping[str, Any],
+    load: Callable[[], TrustMargin],
+    *,
+    batch_size: int,
+    progress: bool = True,
+    on_reuse: Callable[[int, int], None] | None = None,
+) -> ScoreReport:
+    """Validate, compute what is missing (durably, batch by batch), write OUTPUT atomically.
+
+    Args:
+        input_path: the candidates JSONL.
+        output: the decisions JSONL (written once, complete, at the end).
+        settings: :func:`key_settings` of this run.
+        load: builds the arbiter; called only when something is left to compute.
+        batch_size: questions per model call (and per durable write).
+        progress: show a progress bar.
+        on_reuse: told (reused, to compute) before any model work starts.
+    """
+    check_paths(input_path, output)
+    records = read_records(input_path, settings)
+    store = ResultStore(cache_path(output))
+    todo: dict[str, ScoreRecord] = {}
+    for rec in records:
+        if rec.key not in store:
+            todo.setdefault(rec.key, rec)
+    reused = len({r.key for r in records}) - len(todo)
+    if on_reuse is not None:
+        on_reuse(reused, len(todo))
+    if todo:
+        tm = load()
+        pending = list(todo.values())
+        with tqdm(total=len(pending), desc="scoring", unit="q", disable=not progress) as bar:
+            for start in range(0, len(pending), batch_size):
+                chunk = pending[start:start + batch_size]
+                decisions = tm.arbitrate_batch([r.item for r in chunk])
+                for rec, decision in zip(chunk, decisions, strict=True):
+                    store.put(rec.key, decision.model_dump(mode="json"))
+                bar.update(len(chunk))
+    _write_output(output, records, store)
+    return ScoreReport(len(records), reused, len(todo), output, store.path)
+
+
+def _write_output(output: Path, records: list[ScoreRecord], store: ResultStore) -> None:
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=output.parent, prefix=output.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            for rec in records:
+                value = store.get(rec.key)
+                assert value is not None  # every key was computed above
+                # Identical records share one result; each line keeps its own id and data.
+                decision = Decision.model_validate(value).model_copy(
+                    update={"id": rec.id, "metadata": rec.item["metadata"]})
+                handle.write(decision.model_dump_json() + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, output)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,184 @@
+"""Validation of one arbitration input: the one place that decides what a usable input is.
+
+Every entry point (the Python API, ``trustmargin score``, the LangChain router, the LlamaIndex
+query engine) ends up here. Adapters that call a field by another name (LangChain's
+``documents``, LlamaIndex's ``rag.source_nodes``) pass ``names`` so that errors name the key
+the user actually passed.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.schema import ArbitrationInput, Passage, PassageRef
+
+_KEEP_CONTROL = {"\n", "\t"}
+FIELDS = tuple(ArbitrationInput.model_fields)
+
+
+def strip_controls(text: str) -> tuple[str, int]:
+    """Remove control characters a tokenizer would mangle; return the text and the count."""
+    kept = [ch for ch in text if ch in _KEEP_CONTROL or unicodedata.category(ch) != "Cc"]
+    return "".join(kept), len(text) - len(kept)
+
+
+@dataclass
+class ValidInput:
+    """A checked input: clean texts, the passages' identities and what was changed."""
+
+    question: str
+    passages: list[str]
+    refs: list[PassageRef]
+    direct_answer: str | None
+    rag_answer: str | None
+    id: str | None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+class _Namer:
+    """Error field names: ``inputs[3].question`` in a batch, the adapter's own key names."""
+
+    def __init__(self, where: str | None, names: Mapping[str, str] | None) -> None:
+        self.where = where
+        self.names = dict(names or {})
+
+    def __call__(self, key: str, suffix: str = "") -> str:
+        name = self.names.get(key, key) + suffix
+        return f"{self.where}.{name}" if self.where else name
+
+
+def validate_input(
+    item: ArbitrationInput | Mapping[str, Any],
+    *,
+    where: str | None = None,
+    names: Mapping[str, str] | None = None,
+) -> ValidInput:
+    """Check one input's types and content; return clean fields and the warnings to record.
+
+    Args:
+        item: an :class:`ArbitrationInput` or a mapping with its keys.
+        where: the item's place in a batch (``inputs[3]``), prefixed to every error's field.
+        names: how the caller calls our fields (``{"passages": "documents"}``).
+
+    Raises:
+        InvalidInputError: naming the field and the fix.
+    """
+    name = _Namer(where, names)
+    if isinstance(item, ArbitrationInput):
+        raw: Mapping[str, Any] = {k: getattr(item, k) for k in FIELDS}
+    elif isinstance(item, Mapping):
+        raw = item
+    else:
+        raise InvalidInputError(where or "input", f"is a {type(item).__name__}",
+                                "pass an ArbitrationInput or a mapping with 'question' and "
+                                "'passages'")
+    unknown = sorted(str(k) for k in raw if k not in FIELDS)
+    if unknown:
+        raise InvalidInputError(name(unknown[0]), "is not a known field",
+                                f"use only {list(FIELDS)}")
+    warnings: list[str] = []
+    question = _text(raw.get("question"), name("question"), warnings,
+                     "pass the user's question as text")
+    if question is None or not question:
+        raise InvalidInputError(name("question"), "is missing or empty",
+                                "pass a non-empty question")
+    passages, refs = _passages(raw.get("passages"), name, warnings)
+    answers = {}
+    for key in ("direct_answer", "rag_answer"):
+        answers[key] = _text(raw.get(key), name(key), warnings,
+                             "pass the candidate's text, or None to generate it")
+    ident = raw.get("id")
+    if (ident is not None and not isinstance(ident, (str, int))) or isinstance(ident, bool):
+        raise InvalidInputError(name("id"), f"must be a string or an integer, got "
+                                f"{type(ident).__name__}", "pass a short identifier, or none")
+    return ValidInput(question=question, passages=passages, refs=refs,
+                      direct_answer=answers["direct_answer"], rag_answer=answers["rag_answer"],
+                      id=None if ident is None else str(ident),
+                      metadata=_metadata(raw.get("metadata"), name("metadata")),
+                      warnings=warnings)
+
+
+def _passage_record(value: Mapping[str, Any], where: str) -> Passage:
+    """A ``{text, title?, id?, score?}`` object (as JSON files carry passages)."""
+    try:
+        return Passage.model_validate({"id": "", **value})
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        key = ".".join(str(x) for x in problem["loc"])
+        raise InvalidInputError(f"{where}.{key}" if key else where, problem["msg"].lower(),
+                                "give a passage object as {'text': str, 'title': str, "
+                                "'id': str, 'score': number}") from None
+
+
+def _metadata(value: Any, field_name: str) -> dict[str, Any]:
+    """The caller's data as a JSON-safe copy (it is written into every Decision)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise InvalidInputError(field_name, "must be a mapping with string keys",
+                                "pass a dict of JSON values, e.g. {'gold': 'Paris'}")
+    try:
+        return json.loads(json.dumps(dict(value), allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(field_name, f"holds a value JSON cannot carry ({exc})",
+                                "keep metadata to strings, numbers, booleans, lists and "
+                                "dicts") from exc
+
+
+def _text(value: Any, field_name: str, warnings: list[str], fix: str) -> str | None:
+    """A stripped text without control characters (None stays None)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidInputError(field_name, f"must be a string, got {type(value).__name__}", fix)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(field_name, f"is not valid Unicode text ({exc.reason} at "
+                                f"character {exc.start})",
+                                "pass text that encodes as UTF-8 (no lone surrogates such as "
+                                "\\ud800)") from exc
+    value, removed = strip_controls(value)
+    if removed:
+        warnings.append(f"{field_name}: removed {removed} control character(s)")
+    return value.strip()
+
+
+def _passages(
+    value: Any, name: _Namer, warnings: list[str]
+) -> tuple[list[str], list[PassageRef]]:
+    if value is None or isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__iter__"):
+        got = "nothing" if value is None else f"a {type(value).__name__}"
+        raise InvalidInputError(name("passages"), f"must be a list of passages, got {got}",
+                                "pass a list of passage texts or Passage records (wrap a "
+                                "single passage in a list)")
+    texts: list[str] = []
+    refs: list[PassageRef] = []
+    for i, p in enumerate(value):
+        where = name("passages", f"[{i}]")
+        if isinstance(p, Mapping) and "text" in p:
+            p = _passage_record(p, where)
+        if isinstance(p, Passage):
+            ref = PassageRef(rank=i, id=p.id or None, title=p.title, score=p.score)
+            p = p.as_context()
+        elif isinstance(p, str):
+            ref = PassageRef(rank=i)
+        else:
+            raise InvalidInputError(where, f"must be a string or Passage, got {type(p).__name__}",
+                                    "pass passage texts (str), Passage records or "
+                                    "{'text', 'title', 'id'} objects")
+        text = _text(p, where, warnings, "pass passage texts (str) or Passage records")
+        if not text:
+            raise InvalidInputError(where, "is empty or whitespace",
+                                    "drop empty passages before arbitration")
+        texts.append(text)
+        refs.append(ref)
+    return texts, refs
