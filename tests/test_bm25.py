@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,3 +66,42 @@ def test_bad_queries_and_corpora(tmp_path: Path) -> None:
         load_corpus(missing)
     with pytest.raises(InvalidInputError, match="does not exist"):
         load_corpus(tmp_path / "absent.json")
+
+
+def test_retrieval_never_imports_a_gpu_framework(tmp_path: Path) -> None:
+    """bm25s starts JAX at import time when JAX is installed (60 of 80 GB of an H100 taken
+    before any model ran). JAX is not installed here, so a stand-in ``jax`` package that
+    records every import of it takes its place on sys.path (a fake, because the real JAX
+    cannot run on this machine); indexing, saving, loading and searching must not touch it,
+    nor import torch, and an application's own later ``import jax`` must still work."""
+    fake = tmp_path / "site" / "jax"
+    fake.mkdir(parents=True)
+    marker = tmp_path / "jax-imported"
+    (fake / "__init__.py").write_text(
+        f"open({str(marker)!r}, 'a').write('jax\\n')\n")
+    (fake / "lax.py").write_text(
+        f"open({str(marker)!r}, 'a').write('jax.lax\\n')\n"
+        "def top_k(x, k):\n    raise RuntimeError('JAX computation started')\n")
+    script = f"""
+import sys
+from trustmargin_integrations.retrieval.bm25 import BM25Index
+from trustmargin_integrations.schema import Passage
+index = BM25Index.build([Passage(id="a", text="Paris is the capital of France."),
+                         Passage(id="b", text="Berlin is the capital of Germany.")])
+index.save({str(tmp_path / "ix")!r})
+hits = BM25Index.load({str(tmp_path / "ix")!r}).search("capital of France", 1)
+assert hits[0].id == "a", hits
+loaded = sorted(m for m in ("jax", "jax.lax", "torch", "tensorflow", "cupy")
+                if sys.modules.get(m) is not None)
+assert not loaded, loaded
+import jax  # the application's own import still works afterwards
+print("ok")
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake.parent),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+    # Only the application's own import at the end reached the stand-in.
+    assert marker.read_text().split() == ["jax"]

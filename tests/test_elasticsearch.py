@@ -16,8 +16,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-from langchain_core.documents import Document
-from langchain_elasticsearch import ElasticsearchRetriever as LCRetriever
 
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.retrieval.bm25 import BM25Index
@@ -226,31 +224,39 @@ def test_bad_index_name_and_batch_query() -> None:
 # -- framework adapters (construction needs no server) ---------------------------------------
 
 
-def test_langchain_retriever_is_langchain_elasticsearch_with_our_query() -> None:
-    from elasticsearch import Elasticsearch
+def test_langchain_retriever_wraps_this_index(no_es_env: None) -> None:
+    from langchain_core.retrievers import BaseRetriever
 
-    from trustmargin_integrations.langchain import document_to_passage
+    from trustmargin_integrations.langchain import (
+        TrustMarginRetriever,
+        document_to_passage,
+        passage_to_document,
+    )
 
-    es = ElasticsearchRetriever(Elasticsearch("http://127.0.0.1:9"), "films")
-    lc = es.as_langchain(k=5)
-    assert isinstance(lc, LCRetriever)
-    assert lc.index_name == "films"
-    assert lc.body_func("who directed Alien?") == search_body("who directed Alien?", 5)
-    doc = lc.document_mapper({"_id": "7", "_score": 3.5, "_source": {
-        "id": "7", "title": "Alien (film)", "text": "Directed by Ridley Scott."}})
-    assert isinstance(doc, Document)
+    # The real client, really failing to connect: the wrapper searches through this class.
+    es = ElasticsearchRetriever.connect(f"http://127.0.0.1:{closed_port()}", index="films",
+                                        request_timeout=2)
+    lc = TrustMarginRetriever(retriever=es, k=5)
+    assert isinstance(lc, BaseRetriever) and lc.retriever is es
+    with pytest.raises(ElasticsearchRetrievalError):
+        lc.invoke("who directed Alien?", k=2)
+    doc = passage_to_document(hit_to_passage({"_id": "7", "_score": 3.5, "_source": {
+        "id": "7", "title": "Alien (film)", "text": "Directed by Ridley Scott."}}))
+    assert doc.id == "7"
     assert doc.metadata == {"id": "7", "title": "Alien (film)", "score": 3.5}
-    assert document_to_passage(doc) == "Alien (film): Directed by Ridley Scott."
+    assert document_to_passage(doc).as_context() == "Alien (film): Directed by Ridley Scott."
 
 
 def test_llama_index_retriever_wraps_this_index() -> None:
     from elasticsearch import Elasticsearch
     from llama_index.core.retrievers import BaseRetriever
 
+    from trustmargin_integrations.llama_index import PassageRetriever
+
     es = ElasticsearchRetriever(Elasticsearch("http://127.0.0.1:9"), "films")
-    li = es.as_llama_index(k=2)
+    li = PassageRetriever(es, similarity_top_k=2)
     assert isinstance(li, BaseRetriever)
-    assert li.index is es and li.similarity_top_k == 2
+    assert li.search is es and li.similarity_top_k == 2
 
 
 # -- real server (TRUSTMARGIN_ES_URL) --------------------------------------------------------
@@ -324,9 +330,14 @@ def test_live_index_and_search_match_the_embedded_bm25(live_es: ElasticsearchRet
 
 @needs_server
 def test_live_framework_retrievers(live_es: ElasticsearchRetriever) -> None:
-    docs = live_es.as_langchain(k=2).invoke("Who directed the film Alien?")
+    from trustmargin_integrations.langchain import TrustMarginRetriever
+
+    docs = TrustMarginRetriever(retriever=live_es, k=5).invoke("Who directed the film Alien?",
+                                                                k=2)
     assert len(docs) == 2 and docs[0].metadata["id"] == "p0"
-    nodes = live_es.as_llama_index(k=2).retrieve("Who directed the film Alien?")
+    from trustmargin_integrations.llama_index import PassageRetriever
+
+    nodes = PassageRetriever(live_es, similarity_top_k=2).retrieve("Who directed the film Alien?")
     assert nodes[0].node.node_id == "p0" and nodes[0].node.metadata["title"] == "Alien (film)"
 
 

@@ -27,7 +27,6 @@ from trustmargin_integrations.evaluation.cli import register
 from trustmargin_integrations.evaluation.datasets import EvalExample, load_dataset, passage_pool
 from trustmargin_integrations.evaluation.diagnostics import (
     method_scores,
-    replay_choice,
     score_records,
 )
 from trustmargin_integrations.evaluation.rundir import load_run, open_store, record_dataset
@@ -148,7 +147,7 @@ def test_replayed_grid_cell_equals_recomputing_it(
         for r in records
     ])
     for rec, fresh in zip(records, recomputed, strict=True):
-        replayed = replay_choice(rec.decision, lam, tau)
+        replayed = rec.decision.replay(lam, tau)
         assert replayed == ("rag" if fresh.chose_rag else "direct")
         if fresh.m is not None:
             assert rec.decision.m_prior == pytest.approx(fresh.m_prior, abs=1e-3)

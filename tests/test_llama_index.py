@@ -1,30 +1,62 @@
-"""The LlamaIndex adapter on real LlamaIndex objects and the real embedded model."""
+"""The LlamaIndex adapter on real LlamaIndex objects and the real embedded model.
+
+The only stand-ins are two tiny deterministic LLMs for framework-internal calls that the 135M
+model cannot make (a router's JSON selection, a sub-question generator's JSON plan); every
+answer, closed-book call and score comes from the real model.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+from collections.abc import Iterator
 from typing import Any
 
+import llama_index.core.instrumentation as instrument
 import pytest
-from llama_index.core.base.response.schema import Response
-from llama_index.core.query_engine import RetrieverQueryEngine
+from llama_index.core.base.llms.types import CompletionResponse, LLMMetadata
+from llama_index.core.base.response.schema import (
+    AsyncStreamingResponse,
+    Response,
+    StreamingResponse,
+)
+from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+from llama_index.core.llms import CustomLLM
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.prompts import PromptTemplate
+from llama_index.core.query_engine import (
+    RetrieverQueryEngine,
+    RouterQueryEngine,
+    SubQuestionQueryEngine,
+)
+from llama_index.core.question_gen import LLMQuestionGenerator
 from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
+from llama_index.core.selectors import LLMSingleSelector
+from llama_index.core.tools import QueryEngineTool
+from pydantic import Field
 
+from trustmargin_integrations import llama_index as adapter
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.llama_index import (
+    CLOSED_BOOK_PROMPT_KEY,
     METADATA_KEY,
-    BM25Retriever,
     LocalLLM,
-    TrustMarginPostprocessor,
+    PassageRetriever,
+    TrustMarginArbiter,
+    TrustMarginDecisionEvent,
     TrustMarginQueryEngine,
+    TrustMarginRetrieverQueryEngine,
     node_to_passage,
+    passage_to_node,
 )
+from trustmargin_integrations.prompts import QUESTION_ONLY_TEMPLATE
 from trustmargin_integrations.retrieval import BM25Index
 from trustmargin_integrations.schema import Decision, Passage
 
 QUESTION = "Which river flows through Quenby?"
+UNANSWERABLE = "Who painted the Zanfir mural?"  # shares no term with the corpus
 
 
 def node(node_id: str, text: str, **metadata: Any) -> NodeWithScore:
@@ -33,13 +65,15 @@ def node(node_id: str, text: str, **metadata: Any) -> NodeWithScore:
 
 @pytest.fixture(scope="module")
 def index() -> BM25Index:
-    return BM25Index.build([
+    index = BM25Index.build([
         Passage(id="quenby", title="Quenby", text="The Zorblat river flows through Quenby."),
         Passage(id="bridge", title="Velmora Bridge",
-                text="The Velmora Bridge was designed by the engineer Tomas Rilke.",
+                text="The Velmora Bridge was designed by the engineer Marta Okonkwo.",
                 metadata={"source": "atlas"}),
         Passage(id="rivers", title="Rivers", text="A river flows downhill to the sea."),
     ])
+    assert index.search(UNANSWERABLE, 3) == []  # the empty-retrieval tests rely on it
+    return index
 
 
 @pytest.fixture(scope="module")
@@ -49,28 +83,75 @@ def short_tm(tm: TrustMargin) -> TrustMargin:
 
 
 @pytest.fixture(scope="module")
-def post(tm: TrustMargin) -> TrustMarginPostprocessor:
-    return TrustMarginPostprocessor(tm)
+def llm(short_tm: TrustMargin) -> LocalLLM:
+    return LocalLLM.from_trustmargin(short_tm)
 
 
-# -- retriever and LLM ----------------------------------------------------------------------
+class DecisionEvents(BaseEventHandler):
+    """Collects the TrustMargin decisions dispatched on LlamaIndex's instrumentation bus."""
+
+    decisions: list[Decision] = Field(default_factory=list)
+    span_ids: list[str | None] = Field(default_factory=list)
+
+    def handle(self, event: Any, **kwargs: Any) -> None:
+        if isinstance(event, TrustMarginDecisionEvent):
+            self.decisions.append(event.decision)
+            self.span_ids.append(event.span_id)
 
 
-def test_bm25_retriever_returns_scored_nodes(index: BM25Index) -> None:
-    retriever = BM25Retriever(index, similarity_top_k=2)
-    hits = retriever.retrieve("Who designed the Velmora Bridge?")
+@pytest.fixture
+def events() -> Iterator[DecisionEvents]:
+    handler = DecisionEvents()
+    root = instrument.get_dispatcher()
+    root.add_event_handler(handler)
+    yield handler
+    root.event_handlers.remove(handler)
+
+
+# -- retriever, nodes and LLM ---------------------------------------------------------------
+
+
+class Catalogue:
+    """A project retriever that is neither BM25 nor Elasticsearch: anything with search()."""
+
+    def __init__(self, passages: list[Any]) -> None:
+        self.passages = passages
+
+    def search(self, query: str, k: int) -> list[Any]:
+        words = set(query.lower().split())
+        return [p for p in self.passages
+                if not isinstance(p, Passage) or words & set(p.text.lower().split())][:k]
+
+
+def test_passage_retriever_works_over_any_project_retriever(index: BM25Index) -> None:
+    hits = PassageRetriever(index, similarity_top_k=2).retrieve("Who designed the Velmora Bridge?")
     assert 1 <= len(hits) <= 2
     top = hits[0]
     assert top.node.node_id == "bridge"
     assert top.score is not None and top.score > 0
     assert top.node.metadata == {"source": "atlas", "title": "Velmora Bridge"}
-    # The LLM sees the title, not the other metadata; the scorer sees "title: text".
+    # The LLM sees the title, not the other metadata; the scorer sees the core's context.
     llm_view = top.node.get_content(metadata_mode=MetadataMode.LLM)
     assert "title: Velmora Bridge" in llm_view and "atlas" not in llm_view
-    assert node_to_passage(top) == "Velmora Bridge: " + top.node.get_content(MetadataMode.NONE)
+    passage = node_to_passage(top)
+    assert (passage.id, passage.title, passage.score) == ("bridge", "Velmora Bridge", top.score)
+    assert passage.as_context() == index.search("Velmora Bridge", 1)[0].as_context()
+
+    own = Catalogue([Passage(id="a", title="Alder", text="alder trees like wet soil"),
+                     Passage(id="b", text="oak trees live long")])
+    nodes = PassageRetriever(own, similarity_top_k=1).retrieve("Where do alder trees grow?")
+    assert [(n.node.node_id, n.node.metadata["title"]) for n in nodes] == [("a", "Alder")]
+    assert node_to_passage(passage_to_node(own.passages[1])).as_context() == "oak trees live long"
+
     with pytest.raises(InvalidInputError) as err:
-        BM25Retriever(index, similarity_top_k=0)
+        PassageRetriever(index, similarity_top_k=0)
     assert err.value.field == "similarity_top_k"
+    with pytest.raises(InvalidInputError) as err:
+        PassageRetriever(object())  # type: ignore[arg-type]
+    assert err.value.field == "search"
+    with pytest.raises(InvalidInputError) as err:  # hits are checked by the core
+        PassageRetriever(Catalogue(["not a passage"])).retrieve("anything")
+    assert err.value.field == "retriever.search(queries[0])[0]"
 
 
 def test_local_llm_completes_with_the_backend(backend: Any) -> None:
@@ -80,130 +161,321 @@ def test_local_llm_completes_with_the_backend(backend: Any) -> None:
     prompt = "Name a colour."
     text = llm.complete(prompt).text
     assert text == backend.generate([backend.render_prompt(prompt)], 4)[0]
-    chunks = list(llm.stream_complete(prompt))
-    assert [c.text for c in chunks] == [text]
+    assert [c.text for c in llm.stream_complete(prompt)] == [text]
+    assert asyncio.run(llm.acomplete(prompt)).text == text
 
 
-# -- the postprocessor ----------------------------------------------------------------------
+# -- the response-level arbiter -------------------------------------------------------------
 
 
-def test_postprocessor_returns_a_response_with_the_decision(
-        post: TrustMarginPostprocessor) -> None:
-    nodes = [node("n1", "The Velmora Bridge was designed by the engineer Tomas Rilke.",
-                  title="Velmora Bridge")]
-    result = post.postprocess("Who designed the Velmora Bridge?", "Gustave Eiffel",
-                              "Tomas Rilke", source_nodes=nodes)
-    assert isinstance(result, Response)
+def test_arbiter_is_not_a_node_postprocessor(tm: TrustMargin, index: BM25Index,
+                                             llm: LocalLLM) -> None:
+    arbiter = TrustMarginArbiter(tm)
+    assert not isinstance(arbiter, BaseNodePostprocessor)
+    # The misuse the old name invited now fails where the engine is built, naming the fix.
+    with pytest.raises(InvalidInputError) as err:
+        RetrieverQueryEngine.from_args(PassageRetriever(index), llm=llm,
+                                       node_postprocessors=[arbiter])
+    assert err.value.field == "node_postprocessors"
+    assert "TrustMarginQueryEngine" in err.value.fix
+    # No class in the adapter is named like a node postprocessor without being one.
+    for name, cls in inspect.getmembers(adapter, inspect.isclass):
+        if name.endswith("Postprocessor"):
+            assert issubclass(cls, BaseNodePostprocessor), name
+
+
+def test_arbiter_cleans_like_the_core(tm: TrustMargin, events: DecisionEvents) -> None:
+    question = "Who designed the Velmora Bridge?"
+    nodes = [node("bridge", "The Velmora Bridge was designed by the engineer Marta Okonkwo.",
+                  title="Velmora Bridge", page=3)]
+    direct, rag = "Gustave Eiffel\nand more text", "Answer: Marta Okonkwo."
+    result = TrustMarginArbiter(tm).arbitrate(
+        question, Response(direct), Response(rag, source_nodes=nodes, metadata={"bridge": 1}))
     decision = result.metadata[METADATA_KEY]
-    assert isinstance(decision, Decision)
+    core = tm.arbitrate(question, [Passage(id="bridge", title="Velmora Bridge",
+                                           text=nodes[0].node.get_content(), score=1.0)],
+                        direct, rag)
+    assert (decision.direct_answer, decision.rag_answer) == ("Gustave Eiffel", "Marta Okonkwo")
+    assert (decision.direct_raw, decision.rag_raw) == (direct, rag)
+    assert decision.m is not None and decision.m == pytest.approx(core.m, abs=1e-6)
+    assert decision.m_prior == pytest.approx(core.m_prior, abs=1e-6)
+    assert (decision.answer, decision.source, decision.reason) == (core.answer, core.source,
+                                                                   core.reason)
+    assert decision.warnings == core.warnings
+    assert any("direct_answer: cleaned" in w for w in decision.warnings)
+    assert any("rag_answer: cleaned" in w for w in decision.warnings)
+    assert [(p.id, p.title, p.score) for p in decision.passages] == [
+        ("bridge", "Velmora Bridge", 1.0)]
+    # The chosen text, the evidence, the caller's metadata and one reserved key.
     assert result.response == decision.answer
-    assert decision.m is not None
-    assert decision.answer == ("Tomas Rilke" if decision.m > decision.tau else "Gustave Eiffel")
-    assert result.source_nodes == nodes and result.source_nodes[0] is nodes[0]
-    assert decision.passages_given == 1
+    assert result.source_nodes[0] is nodes[0]
+    assert result.metadata == {"bridge": 1, METADATA_KEY: decision}
+    assert events.decisions == [decision]
 
 
-def test_postprocessor_keeps_node_metadata_and_cleans_raw_answers(
-        post: TrustMarginPostprocessor) -> None:
-    nodes = [node("n7", "A spider has eight legs.", title="Spider", page=3)]
-    rag = Response("Answer: Eight.\nQuestion: next", source_nodes=nodes,
-                   metadata={"n7": {"title": "Spider", "page": 3}})
-    direct = Response("eight")
-    result = post.postprocess("How many legs does a spider have?", direct, rag)
-    assert result.metadata is not None
-    assert result.metadata["n7"] == {"title": "Spider", "page": 3}
-    assert set(result.metadata) == {"n7", METADATA_KEY}
+def test_arbiter_without_evidence_keeps_the_closed_book_answer(tm: TrustMargin) -> None:
+    arbiter = TrustMarginArbiter(tm)
+    result = arbiter.arbitrate("Who designed it?", "Gustave Eiffel.", "Tomas Rilke",
+                               source_nodes=[])
     decision = result.metadata[METADATA_KEY]
-    assert decision.rag_answer == "Eight"  # first line, label and period removed
-    assert decision.source == "agree"
-    assert result.source_nodes[0].node.node_id == "n7"
+    assert (decision.reason, decision.source, result.response) == (
+        "no_evidence", "direct", "Gustave Eiffel")
+    via_async = asyncio.run(arbiter.aarbitrate("Who designed it?", "Gustave Eiffel.",
+                                               Response("Tomas Rilke")))
+    assert via_async.metadata[METADATA_KEY].reason == "no_evidence"
+    assert via_async.response == "Gustave Eiffel"
 
 
-def test_postprocessor_sync_and_async_agree(post: TrustMarginPostprocessor) -> None:
-    nodes = [node("f", "Lyon became the capital of France in 1999.", title="France")]
-    args = ("What is the capital of France?", "Paris", "Lyon")
-    sync = post.postprocess(*args, source_nodes=nodes)
-    via_async = asyncio.run(post.apostprocess(*args, source_nodes=nodes))
-    a, b = sync.metadata[METADATA_KEY], via_async.metadata[METADATA_KEY]
-    assert a.answer == b.answer and a.source == b.source
-    assert a.m == pytest.approx(b.m, abs=1e-4)
-    assert sync.response == via_async.response
+async def _stream(text: str) -> Any:
+    yield text
 
 
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [
-        ({"rag": Response("Tomas Rilke", source_nodes=[])}, "rag.source_nodes"),
-        ({"rag": "Tomas Rilke"}, "rag.source_nodes"),
+        ({"query": "   "}, "query"),
         ({"direct": 42}, "direct"),
         ({"rag": 42}, "rag"),
-        ({"query": "   "}, "query"),
-        ({"rag": Response("Tomas Rilke", source_nodes=[node("a", "Text.")],
+        ({"rag": AsyncStreamingResponse(_stream("Rilke"))}, "rag"),
+        ({"rag": Response("Rilke", source_nodes=[TextNode(text="Rilke built it.")])},
+         "rag.source_nodes[0]"),
+        ({"rag": Response("Rilke", source_nodes=[node("a", "Fine."), node("b", "  ")])},
+         "rag.source_nodes[1]"),
+        ({"source_nodes": [node("a", "  ")]}, "source_nodes[0]"),
+        ({"rag": Response("Rilke", source_nodes=[node("a", "Text.")],
                           metadata={METADATA_KEY: "earlier"})}, "rag.metadata['trustmargin']"),
     ],
 )
-def test_postprocessor_bad_input_names_the_field(post: TrustMarginPostprocessor,
-                                                 kwargs: dict[str, Any], field: str) -> None:
-    args = {"query": "Who designed it?", "direct": "Eiffel",
-            "rag": Response("Tomas Rilke", source_nodes=[node("a", "Rilke built it.")])}
+def test_arbiter_bad_input_names_the_field(tm: TrustMargin, kwargs: dict[str, Any],
+                                           field: str) -> None:
+    args: dict[str, Any] = {"query": "Who designed it?", "direct": "Eiffel",
+                            "rag": Response("Rilke", source_nodes=[node("a", "Rilke built it.")])}
     args.update(kwargs)
     with pytest.raises(InvalidInputError) as err:
-        post.postprocess(args["query"], args["direct"], args["rag"])
+        TrustMarginArbiter(tm).arbitrate(args.pop("query"), args.pop("direct"),
+                                         args.pop("rag"), **args)
     assert err.value.field == field
 
 
 # -- the query-engine wrapper ---------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def engines(short_tm: TrustMargin, index: BM25Index) -> dict[str, Any]:
-    llm = LocalLLM.from_trustmargin(short_tm)
-    retriever = BM25Retriever(index, similarity_top_k=2)
-    inner = RetrieverQueryEngine.from_args(retriever, llm=llm)
-    with_llm = TrustMarginQueryEngine(inner, short_tm, llm=llm)
-    scorer_answers = TrustMarginQueryEngine(inner, short_tm)  # Direct answer from the scorer
-    return {
-        "retrieved": retriever.retrieve(QUESTION),
-        "sync": with_llm.query(QUESTION),
-        "async": asyncio.run(scorer_answers.aquery(QUESTION)),
-    }
-
-
-def test_query_engine_keeps_the_inner_source_nodes(engines: dict[str, Any]) -> None:
-    response = engines["sync"]
+def test_query_engine_keeps_nodes_and_dispatches_the_decision(
+        short_tm: TrustMargin, index: BM25Index, llm: LocalLLM, events: DecisionEvents) -> None:
+    retriever = PassageRetriever(index, similarity_top_k=2)
+    engine = TrustMarginQueryEngine(RetrieverQueryEngine.from_args(retriever, llm=llm),
+                                    short_tm, llm=llm)
+    response = engine.query(QUESTION)
     assert isinstance(response, Response)
-    assert [n.node.node_id for n in response.source_nodes] == [
-        n.node.node_id for n in engines["retrieved"]]
-    assert [n.score for n in response.source_nodes] == pytest.approx(
-        [n.score for n in engines["retrieved"]])
-    # The synthesizer's per-node metadata survives next to the reserved key.
-    assert response.metadata["quenby"] == {"title": "Quenby"}
     decision = response.metadata[METADATA_KEY]
     assert response.response == decision.answer
+    retrieved = retriever.retrieve(QUESTION)
+    assert [(n.node.node_id, n.score) for n in response.source_nodes] == [
+        (n.node.node_id, n.score) for n in retrieved]
+    assert [p.id for p in decision.passages] == [n.node.node_id for n in retrieved]
+    # The synthesizer's per-node metadata survives next to the reserved key.
+    assert response.metadata["quenby"] == {"title": "Quenby"}
     assert not decision.rag_generated and not decision.direct_generated
+    # The instrumentation bus carried the very Decision the response holds, inside a span.
+    assert len(events.decisions) == 1 and events.decisions[0] is decision
+    assert events.span_ids[0] is not None
 
 
-def test_query_and_aquery_agree(engines: dict[str, Any]) -> None:
-    sync, via_async = engines["sync"], engines["async"]
-    a, b = sync.metadata[METADATA_KEY], via_async.metadata[METADATA_KEY]
-    # The local LLM with the appendix prompt answers exactly as the scorer would.
-    assert b.direct_generated and not a.direct_generated
-    assert (a.direct_answer, a.rag_answer, a.source) == (b.direct_answer, b.rag_answer,
-                                                         b.source)
-    if a.m is not None:
-        assert a.m == pytest.approx(b.m, abs=1e-4)
-    assert sync.response == via_async.response
-    assert [n.node.node_id for n in via_async.source_nodes] == [
-        n.node.node_id for n in sync.source_nodes]
+def test_streaming_inner_engine_sync_and_async(short_tm: TrustMargin, index: BM25Index,
+                                               llm: LocalLLM) -> None:
+    retriever = PassageRetriever(index, similarity_top_k=2)
+    plain = RetrieverQueryEngine.from_args(retriever, llm=llm).query(QUESTION).response
+    engine = TrustMarginQueryEngine(
+        RetrieverQueryEngine.from_args(retriever, llm=llm, streaming=True), short_tm, llm=llm)
+
+    sync = engine.query(QUESTION)
+    assert isinstance(sync, StreamingResponse)
+    decision = sync.metadata[METADATA_KEY]
+    assert "".join(sync.response_gen) == decision.answer == str(sync)
+
+    async def run() -> tuple[Any, str]:
+        response = await engine.aquery(QUESTION)
+        return response, "".join([t async for t in response.async_response_gen()])
+
+    via_async, text = asyncio.run(run())
+    assert isinstance(via_async, AsyncStreamingResponse)
+    assert via_async.metadata[METADATA_KEY].answer == text
+    for response in (sync, via_async):
+        d = response.metadata[METADATA_KEY]
+        # The stream was consumed: the RAG candidate is the inner engine's full answer.
+        assert (d.rag_raw or d.rag_answer) == plain.strip()
+        assert [n.node.node_id for n in response.source_nodes] == [
+            n.node.node_id for n in retriever.retrieve(QUESTION)]
+        assert d.passages_used == len(response.source_nodes) > 0
 
 
-def test_query_engine_rejects_bad_arguments(tm: TrustMargin) -> None:
+class TimedLLM(LocalLLM):
+    """The real local LLM, logging when each async completion starts and ends."""
+
+    tag: str = "llm"
+    log: Any = None  # a list shared by several LLMs (Any: pydantic would copy a list)
+
+    async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any
+                        ) -> CompletionResponse:
+        self.log.append((self.tag, "start", prompt))
+        try:
+            return await super().acomplete(prompt, formatted, **kwargs)
+        finally:
+            self.log.append((self.tag, "end", prompt))
+
+
+def test_aquery_runs_the_inner_engine_and_the_closed_book_call_concurrently(
+        short_tm: TrustMargin, index: BM25Index) -> None:
+    log: list[tuple[str, str, str]] = []
+    inner_llm = TimedLLM(backend=short_tm.backend, max_new_tokens=8, tag="inner", log=log)
+    closed_llm = TimedLLM(backend=short_tm.backend, max_new_tokens=8, tag="closed", log=log)
+    inner = RetrieverQueryEngine.from_args(PassageRetriever(index, similarity_top_k=2),
+                                           llm=inner_llm)
+    engine = TrustMarginQueryEngine(inner, short_tm, llm=closed_llm)
+    response = asyncio.run(engine.aquery(QUESTION))
+    assert [(tag, when) for tag, when, _ in log[:2]] in (
+        [("inner", "start"), ("closed", "start")], [("closed", "start"), ("inner", "start")])
+    assert len(log) == 4  # one completion each
+    assert response.metadata[METADATA_KEY].passages_used > 0
+
+
+def test_closed_book_prompt_round_trip(short_tm: TrustMargin, index: BM25Index) -> None:
+    log: list[tuple[str, str, str]] = []
+    closed_llm = TimedLLM(backend=short_tm.backend, max_new_tokens=8, tag="closed", log=log)
+    inner = RetrieverQueryEngine.from_args(PassageRetriever(index, similarity_top_k=2),
+                                           llm=LocalLLM.from_trustmargin(short_tm))
+    engine = TrustMarginQueryEngine(inner, short_tm, llm=closed_llm)
+    prompts = engine.get_prompts()
+    assert prompts[CLOSED_BOOK_PROMPT_KEY].format(question="Q?") == (
+        QUESTION_ONLY_TEMPLATE.format(question="Q?"))
+    assert "query_engine:response_synthesizer:text_qa_template" in prompts
+
+    engine.update_prompts({CLOSED_BOOK_PROMPT_KEY: PromptTemplate(
+        "Reply with one name.\nQuestion: {question}\nName:")})
+    assert engine.get_prompts()[CLOSED_BOOK_PROMPT_KEY].format(question="Q?") == (
+        "Reply with one name.\nQuestion: Q?\nName:")
+    response = asyncio.run(engine.aquery(QUESTION))
+    sent = [prompt for tag, when, prompt in log if when == "start"]
+    assert sent == [f"Reply with one name.\nQuestion: {QUESTION}\nName:"]
+    assert response.metadata[METADATA_KEY].direct_answer  # the new prompt's answer was used
+
     with pytest.raises(InvalidInputError) as err:
-        TrustMarginQueryEngine(object(), tm)  # type: ignore[arg-type]
-    assert err.value.field == "query_engine"
-    engine = RetrieverQueryEngine.from_args(
-        BM25Retriever(BM25Index.build([Passage(id="x", text="Quenby")])),
-        llm=LocalLLM(backend=tm.backend))
-    with pytest.raises(InvalidInputError) as err:
-        TrustMarginQueryEngine(engine, tm, closed_book_template="Answer this:")
-    assert err.value.field == "closed_book_template"
+        engine.update_prompts({CLOSED_BOOK_PROMPT_KEY: PromptTemplate("{question} {extra}")})
+    assert err.value.field == CLOSED_BOOK_PROMPT_KEY
+    scorer_answers = TrustMarginQueryEngine(inner, short_tm)  # no LLM: the core's fixed prompt
+    assert CLOSED_BOOK_PROMPT_KEY not in scorer_answers.get_prompts()
+    with pytest.raises(InvalidInputError):
+        scorer_answers.update_prompts({CLOSED_BOOK_PROMPT_KEY: PromptTemplate("{question}")})
+
+
+class FixedReplyLLM(CustomLLM):
+    """FAKE LLM, for framework-internal calls only: always replies ``reply``.
+
+    A router's selector and a sub-question generator need JSON that the 135M model cannot
+    write; these calls only steer LlamaIndex to the TrustMargin engine under test, whose
+    answers still come from the real model.
+    """
+
+    reply: str
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        return LLMMetadata(model_name="fixed-reply-fake")
+
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any
+                 ) -> CompletionResponse:
+        return CompletionResponse(text=self.reply)
+
+    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
+        yield CompletionResponse(text=self.reply, delta=self.reply)
+
+
+@pytest.fixture(scope="module")
+def no_evidence_engine(short_tm: TrustMargin, index: BM25Index,
+                       llm: LocalLLM) -> TrustMarginQueryEngine:
+    inner = RetrieverQueryEngine.from_args(PassageRetriever(index, similarity_top_k=2), llm=llm)
+    return TrustMarginQueryEngine(inner, short_tm, llm=llm)
+
+
+def test_router_query_engine_answers_when_retrieval_finds_nothing(
+        no_evidence_engine: TrustMarginQueryEngine, short_tm: TrustMargin, index: BM25Index,
+        llm: LocalLLM, events: DecisionEvents) -> None:
+    tools = [
+        QueryEngineTool.from_defaults(no_evidence_engine, name="atlas",
+                                      description="Facts about places and buildings."),
+        QueryEngineTool.from_defaults(TrustMarginRetrieverQueryEngine(index, short_tm),
+                                      name="rivers", description="Facts about rivers."),
+    ]
+    selector = LLMSingleSelector.from_defaults(
+        llm=FixedReplyLLM(reply='[{"choice": 1, "reason": "about a place"}]'))
+    router = RouterQueryEngine(selector=selector, query_engine_tools=tools, llm=llm)
+    response = router.query(UNANSWERABLE)
+    decision = response.metadata[METADATA_KEY]
+    assert response.metadata["selector_result"].ind == 0
+    assert (decision.reason, decision.source) == ("no_evidence", "direct")
+    assert response.response == decision.answer and decision.answer
+    assert response.source_nodes == [] and decision.m is None
+    assert events.decisions == [decision]
+
+
+def test_sub_question_engine_answers_when_retrieval_finds_nothing(
+        no_evidence_engine: TrustMarginQueryEngine, llm: LocalLLM,
+        events: DecisionEvents) -> None:
+    tool = QueryEngineTool.from_defaults(no_evidence_engine, name="atlas",
+                                         description="Facts about places and buildings.")
+    plan = f'```json\n[{{"sub_question": "{UNANSWERABLE}", "tool_name": "atlas"}}]\n```'
+    engine = SubQuestionQueryEngine.from_defaults(
+        query_engine_tools=[tool], llm=llm, verbose=False,
+        question_gen=LLMQuestionGenerator.from_defaults(llm=FixedReplyLLM(reply=plan)))
+    response = engine.query(f"{UNANSWERABLE} Answer briefly.")
+    # A failing sub-question would be dropped silently (logged); the answer must be there.
+    assert len(events.decisions) == 1
+    decision = events.decisions[0]
+    assert (decision.question, decision.reason) == (UNANSWERABLE, "no_evidence")
+    texts = [n.node.get_content() for n in response.source_nodes]
+    assert f"Sub question: {UNANSWERABLE}\nResponse: {decision.answer}" in texts
+    assert response.response
+
+
+# -- the core pipeline as a query engine ----------------------------------------------------
+
+
+def test_retriever_query_engine_is_the_core_pipeline(
+        short_tm: TrustMargin, index: BM25Index, events: DecisionEvents) -> None:
+    core = short_tm.answer(QUESTION, index, 2)
+    over_project = TrustMarginRetrieverQueryEngine(index, short_tm, k=2).query(QUESTION)
+    over_llama = asyncio.run(TrustMarginRetrieverQueryEngine(
+        PassageRetriever(index, similarity_top_k=2), short_tm).aquery(QUESTION))
+    for response in (over_project, over_llama):
+        decision = response.metadata[METADATA_KEY]
+        assert decision.direct_generated and decision.rag_generated
+        assert (decision.answer, decision.direct_answer, decision.rag_answer) == (
+            core.answer, core.direct_answer, core.rag_answer)
+        if core.m is not None:
+            assert decision.m == pytest.approx(core.m, abs=1e-4)
+        assert decision.passages == core.passages
+        assert [n.node.node_id for n in response.source_nodes] == [p.id for p in core.passages]
+        assert response.response == decision.answer
+    assert events.decisions == [r.metadata[METADATA_KEY] for r in (over_project, over_llama)]
+
+    empty = TrustMarginRetrieverQueryEngine(index, short_tm).query(UNANSWERABLE)
+    assert empty.metadata[METADATA_KEY].reason == "no_evidence"
+    assert empty.response and empty.source_nodes == []
+
+
+def test_engines_reject_bad_arguments(tm: TrustMargin, index: BM25Index) -> None:
+    inner = RetrieverQueryEngine.from_args(PassageRetriever(index),
+                                           llm=LocalLLM(backend=tm.backend))
+    cases: list[tuple[Any, str]] = [
+        (lambda: TrustMarginQueryEngine(object(), tm), "query_engine"),  # type: ignore[arg-type]
+        (lambda: TrustMarginQueryEngine(inner, tm, LocalLLM(backend=tm.backend),
+                                        closed_book_prompt="Answer this:"),
+         "closed_book_prompt"),
+        (lambda: TrustMarginQueryEngine(inner, tm, closed_book_prompt="Q: {question}"),
+         "closed_book_prompt"),
+        (lambda: TrustMarginRetrieverQueryEngine(index, tm, k=0), "k"),
+    ]
+    for build, field in cases:
+        with pytest.raises(InvalidInputError) as err:
+            build()
+        assert err.value.field == field

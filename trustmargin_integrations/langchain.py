@@ -1,9 +1,13 @@
-"""LangChain adapter: a router Runnable, a BM25 retriever, a local LLM and a chain builder.
+"""LangChain adapter: a router Runnable, a retriever over any project retriever, a local LLM
+and a chain builder.
 
 The adapter is thin. It turns LangChain inputs (dicts, ``Document`` objects, chat messages)
-into the core's :class:`~trustmargin_integrations.schema.ArbitrationInput` and returns the
-core :class:`~trustmargin_integrations.schema.Decision` unchanged; all scoring happens in
-:class:`~trustmargin_integrations.arbiter.TrustMargin`.
+into the core's input and returns the core :class:`~trustmargin_integrations.schema.Decision`
+unchanged. Validation (:mod:`~trustmargin_integrations.validation`), passage formatting
+(:meth:`~trustmargin_integrations.schema.Passage.as_context`), answer cleaning and scoring all
+happen in the core (:class:`~trustmargin_integrations.arbiter.TrustMargin`); this module only
+renames fields so that errors name the keys the user passed (``documents[1]``,
+``inputs[1].question``).
 
 The router scores with *its own* local model (``router.tm.backend``). When the two candidate
 answers come from another model (a hosted chat model, say), the margins measure how the
@@ -19,7 +23,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from langchain_core.callbacks import CallbackManagerForLLMRun, CallbackManagerForRetrieverRun
+from langchain_core.callbacks import (
+    CallbackManagerForLLMRun,
+    CallbackManagerForRetrieverRun,
+    adispatch_custom_event,
+    dispatch_custom_event,
+)
 from langchain_core.documents import Document
 from langchain_core.language_models import LLM, BaseLanguageModel
 from langchain_core.messages import BaseMessage
@@ -28,6 +37,7 @@ from langchain_core.prompts import PromptTemplate
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import (
     Runnable,
+    RunnableBranch,
     RunnableConfig,
     RunnableLambda,
     RunnableParallel,
@@ -35,176 +45,325 @@ from langchain_core.runnables import (
     RunnableSerializable,
 )
 from langchain_core.runnables.config import run_in_executor
-from pydantic import BaseModel, ConfigDict, Field
+from langchain_core.runnables.utils import ConfigurableFieldSpec
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictStr,
+    ValidationError,
+    field_validator,
+)
 
-from trustmargin_integrations.answers import clean_answer
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.backends.base import Backend
+from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.prompts import (
     QUESTION_CONTEXT_TEMPLATE,
     QUESTION_ONLY_TEMPLATE,
     join_passages,
 )
-from trustmargin_integrations.retrieval.bm25 import BM25Index
-from trustmargin_integrations.schema import Decision
+from trustmargin_integrations.retrieval.base import Retriever, retrieve_batch
+from trustmargin_integrations.schema import Decision, Passage
 
 __all__ = [
-    "BM25Retriever",
+    "MARGINS_EVENT",
     "LocalLLM",
     "TrustMarginInput",
+    "TrustMarginRetriever",
     "TrustMarginRouter",
     "build_trustmargin_chain",
     "document_to_passage",
-    "to_core_input",
+    "passage_to_document",
 ]
 
-_REQUIRED_KEYS = ("question", "direct_answer", "rag_answer")
+MARGINS_EVENT = "trustmargin_margins"
+"""Name of the custom callback event each routed input emits with its margins."""
+
 _FIX_SHAPE = ("pass a dict with 'question', 'direct_answer', 'rag_answer' and either "
               "'documents' (list of Document) or 'context' (str or list of str)")
+_FIXES = {
+    "question": "pass the user's question as text",
+    "direct_answer": "pass the candidate's text (use StrOutputParser after a chat model), or "
+                     "None to let the router's model generate it",
+    "rag_answer": "pass the candidate's text (use StrOutputParser after a chat model), or "
+                  "None to let the router's model generate it",
+    "documents": "pass the retriever's output (a list of Document)",
+    "context": "pass passage strings, or Document objects under 'documents'",
+    "id": "pass a string identifier",
+}
+_CONFIG_SPECS = [
+    ConfigurableFieldSpec(
+        id="tau", annotation=float | None, name="tau", default=None,
+        description="TrustMargin threshold for this call: RAG is chosen iff M > tau "
+                    "(None: the router's tau, else tm.config.tau)."),
+    ConfigurableFieldSpec(
+        id="lambda_bind", annotation=float | None, name="lambda_bind", default=None,
+        description="Weight of the binding margin for this call (None: the router's "
+                    "lambda_bind, else tm.config.lambda_bind)."),
+]
+_TUNABLE = ("tau", "lambda_bind")
+
+
+# -- documents <-> passages -------------------------------------------------------------------
+
+
+def passage_to_document(passage: Passage) -> Document:
+    """A project :class:`Passage` as a LangChain ``Document``.
+
+    ``page_content`` is the passage text; ``metadata`` holds the passage's own metadata plus
+    ``id``, ``title`` and ``score`` (the retriever's score).
+    """
+    return Document(page_content=passage.text, id=passage.id or None,
+                    metadata={**passage.metadata, "id": passage.id, "title": passage.title,
+                              "score": passage.score})
+
+
+def document_to_passage(doc: Document) -> Passage:
+    """A LangChain ``Document`` as the core's :class:`Passage` record.
+
+    The id is ``doc.id``, else ``metadata["id"]``; the title and score come from
+    ``metadata["title"]`` and ``metadata["score"]``. Scalar metadata is kept, so a
+    ``passage_to_document`` round trip is lossless. The core formats the passage for the
+    prompt with :meth:`Passage.as_context` (``title: text``), exactly as it formats the
+    passages of its own retrievers.
+    """
+    meta = doc.metadata
+    title = meta.get("title")
+    score = meta.get("score")
+    extra = {key: value for key, value in meta.items()
+             if key not in ("id", "title", "score") and isinstance(key, str)
+             and (value is None or isinstance(value, (str, int, float, bool)))}
+    return Passage(
+        id=str(doc.id or meta.get("id") or ""),
+        text=doc.page_content,
+        title="" if title is None else str(title),
+        score=(float(score) if isinstance(score, (int, float)) and not isinstance(score, bool)
+               else None),
+        metadata=extra,
+    )
+
+
+# -- the retriever ----------------------------------------------------------------------------
+
+
+class TrustMarginRetriever(BaseRetriever):
+    """A LangChain retriever over any project retriever.
+
+    ``retriever`` is anything with ``search(query, k) -> list[Passage]``: the embedded
+    :class:`~trustmargin_integrations.retrieval.bm25.BM25Index`, an
+    :class:`~trustmargin_integrations.retrieval.elasticsearch.ElasticsearchRetriever`, or your
+    own. ``k`` is the default number of documents; ``invoke(query, k=1)`` overrides it for
+    one call. Each ``Document`` carries ``id`` and the metadata described in
+    :func:`passage_to_document`.
+
+    Example:
+        >>> retriever = TrustMarginRetriever(retriever=BM25Index.build(passages), k=4)
+        ... # doctest: +SKIP
+        >>> retriever.invoke("Who designed the Velmora Bridge?", k=1)  # doctest: +SKIP
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    retriever: Any = Field(description="A project retriever: search(query, k) -> Passages.")
+    k: int = Field(4, ge=1, description="Documents returned per query (invoke(q, k=...) "
+                                        "overrides it for one call).")
+
+    @field_validator("retriever")
+    @classmethod
+    def _searchable(cls, value: Any) -> Any:
+        if not callable(getattr(value, "search", None)):
+            raise ValueError(f"a {type(value).__name__} has no search(query, k) method; pass "
+                             "a BM25Index, an ElasticsearchRetriever or any object with "
+                             "search(query, k) -> list[Passage]")
+        return value
+
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun,
+                                k: int | None = None) -> list[Document]:
+        # retrieve_batch is the core's retrieval stage: it checks k and that hits are Passages.
+        hits = retrieve_batch(self.retriever, [query], self.k if k is None else k)[0]
+        return [passage_to_document(p) for p in hits]
+
+
+class _DocumentSearch:
+    """A LangChain retriever seen as a project retriever, for the core's pipeline.
+
+    LangChain retrievers have no portable ``k`` argument, so ``k`` keeps the first ``k``
+    documents of what the retriever returns.
+    """
+
+    def __init__(self, runnable: Runnable[str, list[Document]], config: RunnableConfig) -> None:
+        self.runnable = runnable
+        self.config = config
+
+    def search(self, query: str, k: int) -> list[Passage]:
+        return self.search_batch([query], k)[0]
+
+    def search_batch(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
+        rows = self.runnable.batch(list(queries), self.config)
+        out = []
+        for i, docs in enumerate(rows):
+            for j, doc in enumerate(docs):
+                if not isinstance(doc, Document):
+                    raise InvalidInputError(f"retriever(questions[{i}])[{j}]",
+                                            f"is a {type(doc).__name__}, not a Document",
+                                            "use a retriever that returns Documents")
+            out.append([document_to_passage(d) for d in docs[:k]])
+        return out
+
+
+# -- the router -------------------------------------------------------------------------------
 
 
 class TrustMarginInput(BaseModel):
-    """What :class:`TrustMarginRouter` reads from each input dict.
+    """What :class:`TrustMarginRouter` reads from each input dict; the router parses every
+    input with this model.
 
     ``direct_answer`` and ``rag_answer`` are required keys; an explicit ``None`` asks the
     router's local model to generate that candidate. The evidence is ``documents``
-    (LangChain ``Document`` objects, e.g. a retriever's output) or, when there are no
-    documents, ``context`` (passage strings; a single string counts as one passage).
-    When both are present ``documents`` is used, so a chain may keep a formatted
-    ``context`` string for its RAG prompt next to the documents. Other keys are ignored.
+    (LangChain ``Document`` objects, e.g. a retriever's output, or their dict form) or, when
+    there are no documents, ``context`` (passage strings; a single string counts as one
+    passage). An empty list means nothing was retrieved: the decision is the closed-book
+    answer with reason ``no_evidence``. When both are present ``documents`` is used, so a
+    chain may keep a formatted ``context`` string for its RAG prompt next to the documents.
+    Other keys are ignored.
     """
 
     model_config = ConfigDict(extra="ignore", arbitrary_types_allowed=True)
 
-    question: str = Field(description="The user's question.")
-    direct_answer: str | None = Field(description="Closed-book answer; None = generate it.")
-    rag_answer: str | None = Field(description="Retrieval-augmented answer; None = generate it.")
-    documents: list[Document] | None = Field(None, description="Retrieved documents, in order.")
-    context: str | list[str] | None = Field(None, description="Passages, when no documents.")
-    id: str | None = Field(None, description="Caller's identifier, copied to the Decision.")
+    question: StrictStr = Field(description="The user's question.")
+    direct_answer: StrictStr | None = Field(
+        description="Closed-book answer; None = generate it.")
+    rag_answer: StrictStr | None = Field(
+        description="Retrieval-augmented answer; None = generate it.")
+    documents: list[Document] | None = Field(
+        None, description="Retrieved documents, in order ([] = nothing retrieved).")
+    context: StrictStr | list[StrictStr] | None = Field(
+        None, description="Passages, when no documents (one string = one passage).")
+    id: StrictStr | None = Field(
+        None, description="Caller's identifier, copied to the Decision.")
+
+    @field_validator("id", mode="before")
+    @classmethod
+    def _id_as_text(cls, value: Any) -> Any:
+        # Record ids are often integers; the Decision keeps them as text.
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
-def document_to_passage(doc: Document) -> str:
-    """The passage text the scorer sees for a document: ``title: text`` when titled.
-
-    The title (``metadata["title"]``) is kept because the core's own BM25 path scores
-    ``Passage.as_context()``, which prefixes it; documents from :class:`BM25Retriever`
-    therefore score exactly as the core scores the same passages.
-    """
-    title = doc.metadata.get("title")
-    if isinstance(title, str) and title.strip():
-        return f"{title}: {doc.page_content}"
-    return doc.page_content
-
-
-def _check_answer(raw: Mapping[str, Any], key: str) -> str | None:
-    value = raw[key]
-    if value is not None and not isinstance(value, str):
-        raise InvalidInputError(key, f"must be a string or None, got {type(value).__name__}",
-                                "pass the candidate's text (use StrOutputParser after a chat "
-                                "model), or None to let the router's model generate it")
-    return value
-
-
-def _passages_from_documents(docs: Any) -> list[str]:
-    if isinstance(docs, (str, bytes, Document)) or not isinstance(docs, Sequence):
-        raise InvalidInputError("documents", f"must be a list of Document, got "
-                                f"{type(docs).__name__}",
-                                "pass the retriever's output (a list of Document)")
-    passages = []
-    for i, doc in enumerate(docs):
-        if not isinstance(doc, Document):
-            raise InvalidInputError(f"documents[{i}]", f"must be a Document, got "
-                                    f"{type(doc).__name__}",
-                                    "pass langchain_core.documents.Document objects, or "
-                                    "strings under 'context'")
-        if not doc.page_content.strip():
-            raise InvalidInputError(f"documents[{i}].page_content", "is empty",
-                                    "drop empty documents before routing")
-        passages.append(document_to_passage(doc))
-    if not passages:
-        raise InvalidInputError("documents", "is empty (no passage was retrieved)",
-                                "retrieve at least one document; without evidence there is "
-                                "nothing to arbitrate, so use the direct answer as is")
-    return passages
-
-
-def _passages_from_context(context: Any) -> list[str]:
-    if isinstance(context, str):
-        context = [context]
-    if not isinstance(context, Sequence) or isinstance(context, bytes):
-        raise InvalidInputError("context", f"must be a string or a list of strings, got "
-                                f"{type(context).__name__}",
-                                "pass passage texts, or Document objects under 'documents'")
-    passages = []
-    for i, text in enumerate(context):
-        if not isinstance(text, str):
-            raise InvalidInputError(f"context[{i}]", f"must be a string, got "
-                                    f"{type(text).__name__}",
-                                    "pass passage texts, or Document objects under 'documents'")
-        if not text.strip():
-            raise InvalidInputError(f"context[{i}]", "is empty", "drop empty passages")
-        passages.append(text)
-    if not passages:
-        raise InvalidInputError("context", "is empty (no passage was given)",
-                                "give at least one passage; without evidence there is "
-                                "nothing to arbitrate")
-    return passages
-
-
-def to_core_input(value: Any) -> dict[str, Any]:
-    """Validate one router input and translate it to the core's input mapping.
-
-    Raises:
-        InvalidInputError: naming the missing or wrongly typed key.
-    """
-    if isinstance(value, TrustMarginInput):
-        raw: Mapping[str, Any] = {k: getattr(value, k) for k in TrustMarginInput.model_fields
-                                  if k in value.model_fields_set or k in _REQUIRED_KEYS}
-    elif isinstance(value, Mapping):
-        raw = value
+def _schema_error(exc: ValidationError, where: str | None) -> InvalidInputError:
+    """The first key's schema violation as an error naming that key (``documents[1]``)."""
+    errors = exc.errors()
+    # A union (context: str | list[str]) reports each member; the deepest path is the useful one.
+    first = [e for e in errors if e["loc"][:1] == errors[0]["loc"][:1]]
+    err = max(first, key=lambda e: sum(isinstance(p, int) for p in e["loc"]))
+    path = ""
+    after_index = False
+    for part in err["loc"]:
+        if isinstance(part, int):
+            path += f"[{part}]"
+            after_index = True
+        elif not path:
+            path = str(part)
+        elif after_index:  # a field of a nested record, e.g. documents[0].page_content
+            path += f".{part}"
+            after_index = False
+        # any other string is a union member's tag ("str", "list[str]"), not a key
+    field = f"{where}.{path}" if where and path else (where or path or "input")
+    if err["type"] == "missing":
+        problem = "is missing"
+        if path == "question":
+            fix = "add the user's question"
+        elif path in ("direct_answer", "rag_answer"):
+            fix = f"add '{path}' (None lets the router's model generate it)"
+        else:
+            fix = _FIXES.get(path, _FIX_SHAPE)
     else:
-        raise InvalidInputError("input", f"is a {type(value).__name__}, not a dict", _FIX_SHAPE)
-    for key in _REQUIRED_KEYS:
-        if key not in raw:
-            fix = ("add the user's question" if key == "question" else
-                   f"add '{key}' (None lets the router's model generate it)")
-            raise InvalidInputError(key, "is missing", fix)
-    question = raw["question"]
-    if not isinstance(question, str):
-        raise InvalidInputError("question", f"must be a string, got {type(question).__name__}",
-                                "pass the user's question as text")
-    if not question.strip():
-        raise InvalidInputError("question", "is empty", "pass a non-empty question")
-    if raw.get("documents") is not None:
-        passages = _passages_from_documents(raw["documents"])
-    elif raw.get("context") is not None:
-        passages = _passages_from_context(raw["context"])
+        problem = (err["msg"].replace("Input should be", "must be")
+                   + f", got {type(err['input']).__name__}")
+        fix = _FIXES.get(path.split("[")[0].split(".")[0], _FIX_SHAPE)
+    return InvalidInputError(field, problem, fix)
+
+
+def _core_input(value: Any, where: str | None) -> tuple[dict[str, Any], dict[str, str]]:
+    """Parse one router input with :class:`TrustMarginInput`; return the core's input and the
+    field names (``passages`` -> ``documents``) that the core's errors should use."""
+    try:
+        record = TrustMarginInput.model_validate(value)
+    except ValidationError as exc:
+        raise _schema_error(exc, where) from None
+    if record.documents is not None:
+        passages: Any = [document_to_passage(d) for d in record.documents]
+        key = "documents"
+    elif record.context is not None:
+        passages = [record.context] if isinstance(record.context, str) else record.context
+        key = "context"
     else:
-        raise InvalidInputError("documents", "is missing (and so is 'context')",
-                                "add the retrieved documents under 'documents', or passage "
-                                "strings under 'context'")
-    ident = raw.get("id")
-    return {
-        "question": question,
-        "passages": passages,
-        "direct_answer": _check_answer(raw, "direct_answer"),
-        "rag_answer": _check_answer(raw, "rag_answer"),
-        "id": None if ident is None else str(ident),
-    }
+        name = f"{where}.documents" if where else "documents"
+        raise InvalidInputError(name, "is missing (and so is 'context')",
+                                "add the retrieved documents under 'documents' (an empty list "
+                                "when nothing was retrieved), or passage strings under "
+                                "'context'")
+    item = {"question": record.question, "passages": passages,
+            "direct_answer": record.direct_answer, "rag_answer": record.rag_answer,
+            "id": record.id}
+    return item, {"passages": key}
+
+
+def _margins(decision: Decision) -> dict[str, Any]:
+    """What the margins event carries: enough to audit the choice without the Decision."""
+    return {key: getattr(decision, key) for key in
+            ("id", "question", "source", "reason", "answer", "m_prior", "m_bind", "m",
+             "lambda_bind", "tau")}
+
+
+def _arbiter(tm: TrustMargin, config: RunnableConfig | None, defaults: Mapping[str, Any]
+             ) -> TrustMargin:
+    """``tm``, or a TrustMargin on the same backend with this call's tau / lambda_bind.
+
+    Precedence: ``config["configurable"]``, then the router's own fields (``defaults``),
+    then ``tm.config``.
+    """
+    configurable = (config or {}).get("configurable") or {}
+    update = {}
+    for key in _TUNABLE:
+        value = configurable.get(key, defaults.get(key))
+        if value is not None and value != getattr(tm.config, key):
+            update[key] = value
+    if not update:
+        return tm
+    try:
+        # model_validate, not model_copy(update=...): a NaN tau must be refused, not applied.
+        cfg = TrustMarginConfig.model_validate({**tm.config.model_dump(), **update})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = str(err["loc"][0]) if err["loc"] else "configurable"
+        raise InvalidInputError(f"configurable.{key}", f"{err['msg']} (got {err['input']!r})",
+                                "pass a finite number") from None
+    return TrustMargin(tm.backend, cfg)
+
+
+def _settings(tm: TrustMargin) -> tuple[float, float]:
+    return tm.config.tau, tm.config.lambda_bind
 
 
 class TrustMarginRouter(RunnableSerializable[TrustMarginInput, Decision]):
     """Route between a closed-book and a RAG answer with TrustMargin.
 
-    Input: a dict shaped like :class:`TrustMarginInput`. Output: the core
-    :class:`~trustmargin_integrations.schema.Decision`, so ``.answer`` is one attribute
-    away and the margins (``m_prior``, ``m_bind``, ``m``) travel with it.
+    Input: a dict shaped like :class:`TrustMarginInput` (parsed with that model; the core
+    then validates the content, and every error names the key you passed, e.g.
+    ``documents[1]``, or ``inputs[1].question`` in a batch). Output: the core
+    :class:`~trustmargin_integrations.schema.Decision`, so ``.answer`` is one attribute away
+    and the margins (``m_prior``, ``m_bind``, ``m``) travel with it.
+
+    Per call, ``router.with_config(configurable={"tau": -0.5, "lambda_bind": 1.0})`` changes
+    the rule's hyper-parameters (recorded in the Decision); the router's own ``tau`` /
+    ``lambda_bind`` fields set its defaults. Both fall back to ``tm.config``.
 
     ``batch``/``abatch`` send all valid inputs to the scorer in one
-    ``TrustMargin.arbitrate_batch`` call. Each input still gets its own traced run
-    (name, tags, metadata and callbacks from ``config``) whose output is its Decision.
+    ``TrustMargin.arbitrate_batch`` call (one per distinct tau/lambda_bind when the configs
+    differ). Each input still gets its own traced run whose output is its Decision, and a
+    :data:`MARGINS_EVENT` custom event with its margins.
 
     Example:
         >>> router = TrustMarginRouter(tm=TrustMargin.from_pretrained())  # doctest: +SKIP
@@ -217,6 +376,11 @@ class TrustMarginRouter(RunnableSerializable[TrustMarginInput, Decision]):
     tm: TrustMargin = Field(description="The arbiter; its backend is the scorer model.")
     include_prompts: bool | None = Field(
         None, description="Attach rendered prompts to each Decision (None: tm.config's value).")
+    tau: float | None = Field(
+        None, allow_inf_nan=False, description="Threshold (None: tm.config.tau).")
+    lambda_bind: float | None = Field(
+        None, allow_inf_nan=False, description="Binding-margin weight (None: "
+                                               "tm.config.lambda_bind).")
 
     @property
     def InputType(self) -> type[TrustMarginInput]:  # noqa: N802 (LangChain's name)
@@ -228,54 +392,66 @@ class TrustMarginRouter(RunnableSerializable[TrustMarginInput, Decision]):
         """The core Decision."""
         return Decision
 
-    # -- core call: a list of raw inputs -> a list of Decisions or per-input errors ---------
+    @property
+    def config_specs(self) -> list[ConfigurableFieldSpec]:
+        """``tau`` and ``lambda_bind``, settable per call under ``configurable``."""
+        return list(_CONFIG_SPECS)
 
-    def _route(self, values: list[Any], fail_fast: bool = True) -> list[Decision | Exception]:
+    def arbiter(self, config: RunnableConfig | None = None) -> TrustMargin:
+        """The TrustMargin a call with ``config`` uses (same backend, its tau/lambda_bind)."""
+        return _arbiter(self.tm, config, {"tau": self.tau, "lambda_bind": self.lambda_bind})
+
+    # -- core call: raw inputs -> Decisions or per-input errors ------------------------------
+
+    def _decide(self, values: list[Any], configs: list[RunnableConfig], *, fail_fast: bool,
+                batched: bool) -> list[Decision | Exception]:
         out: list[Decision | Exception | None] = [None] * len(values)
-        ready: list[tuple[int, dict[str, Any]]] = []
-        for i, value in enumerate(values):
+        groups: dict[tuple[float, float], tuple[TrustMargin, list[tuple[int, dict[str, Any]]]]]
+        groups = {}
+        for i, (value, config) in enumerate(zip(values, configs, strict=True)):
+            where = f"inputs[{i}]" if batched else None
             try:
-                ready.append((i, to_core_input(value)))
+                tm = self.arbiter(config)
+                item, names = _core_input(value, where)
+                # The core validates here with the user's names and the input's own batch
+                # position; arbitrate_batch re-checks (no model call), then runs the model.
+                tm.prepare(item, where=where, names=names)
             except InvalidInputError as exc:
                 if fail_fast:
                     raise
                 out[i] = exc
-        if ready:
-            try:
-                decisions = self._arbitrate([item for _, item in ready])
-            except InvalidInputError:
-                if fail_fast:
-                    raise
-                # Rare (e.g. a question of control characters only): find the culprits
-                # with the core's own validation, then score the rest in one call.
-                good = []
-                for i, item in ready:
-                    try:
-                        self.tm.prepare(item)
-                        good.append((i, item))
-                    except InvalidInputError as exc:
-                        out[i] = exc
-                ready = good
-                decisions = self._arbitrate([item for _, item in ready])
+                continue
+            groups.setdefault(_settings(tm), (tm, []))[1].append((i, item))
+        for tm, ready in groups.values():
+            decisions = tm.arbitrate_batch([item for _, item in ready],
+                                           include_prompts=self.include_prompts)
             for (i, _), decision in zip(ready, decisions, strict=True):
                 out[i] = decision
         return [cast("Decision | Exception", o) for o in out]
 
-    def _arbitrate(self, items: list[dict[str, Any]]) -> list[Decision]:
-        return self.tm.arbitrate_batch(items, include_prompts=self.include_prompts)
+    def _route(self, values: list[Any], config: list[RunnableConfig], *, fail_fast: bool,
+               batched: bool = True) -> list[Decision | Exception]:
+        results = self._decide(values, config, fail_fast=fail_fast, batched=batched)
+        for result, cfg in zip(results, config, strict=True):
+            if isinstance(result, Decision):
+                dispatch_custom_event(MARGINS_EVENT, _margins(result), config=cfg)
+        return results
 
-    def _route_one(self, value: Any) -> Decision:
-        result = self._route([value])[0]
-        if isinstance(result, Exception):  # pragma: no cover - fail_fast raises instead
-            raise result
-        return result
+    async def _aroute(self, values: list[Any], config: list[RunnableConfig], *,
+                      fail_fast: bool, batched: bool = True) -> list[Decision | Exception]:
+        results = await run_in_executor(None, self._decide, values, config,
+                                        fail_fast=fail_fast, batched=batched)
+        for result, cfg in zip(results, config, strict=True):
+            if isinstance(result, Decision):
+                await adispatch_custom_event(MARGINS_EVENT, _margins(result), config=cfg)
+        return results
 
-    async def _aroute_one(self, value: Any) -> Decision:
-        return await run_in_executor(None, self._route_one, value)
+    def _route_one(self, value: Any, config: RunnableConfig) -> Decision:
+        return cast(Decision, self._route([value], [config], fail_fast=True, batched=False)[0])
 
-    async def _aroute(self, values: list[Any], fail_fast: bool = True
-                      ) -> list[Decision | Exception]:
-        return await run_in_executor(None, self._route, values, fail_fast)
+    async def _aroute_one(self, value: Any, config: RunnableConfig) -> Decision:
+        results = await self._aroute([value], [config], fail_fast=True, batched=False)
+        return cast(Decision, results[0])
 
     # -- Runnable API ------------------------------------------------------------------------
 
@@ -292,7 +468,11 @@ class TrustMarginRouter(RunnableSerializable[TrustMarginInput, Decision]):
 
     def batch(self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None
               = None, *, return_exceptions: bool = False, **kwargs: Any) -> list[Decision]:
-        """Arbitrate many inputs with one ``arbitrate_batch`` call (not a thread per input)."""
+        """Arbitrate many inputs with one ``arbitrate_batch`` call (not a thread per input).
+
+        With ``return_exceptions=True`` an invalid input yields its ``InvalidInputError``
+        in place and the others are still scored together.
+        """
         return self._batch_with_config(self._route, inputs, config,
                                        return_exceptions=return_exceptions, run_type="chain",
                                        fail_fast=not return_exceptions)
@@ -306,25 +486,60 @@ class TrustMarginRouter(RunnableSerializable[TrustMarginInput, Decision]):
                                               run_type="chain", fail_fast=not return_exceptions)
 
 
-class BM25Retriever(BaseRetriever):
-    """A LangChain retriever over the embedded :class:`BM25Index`.
+class _CorePipeline(RunnableSerializable[str, Decision]):
+    """The core's whole pipeline as one chain step: ``TrustMargin.answer_batch``.
 
-    Each ``Document`` carries the passage text as ``page_content`` and ``id``, ``title``,
-    ``score`` (BM25) plus the passage's own metadata in ``metadata``.
+    The scorer model retrieves, generates both candidates and arbitrates; a batch of
+    questions is one ``answer_batch`` call (per distinct tau/lambda_bind).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    index: BM25Index
-    k: int = Field(4, ge=1, description="Documents returned per query.")
+    retriever: Any = Field(description="A project retriever, or a LangChain retriever.")
+    k: int | None = Field(None, description="Passages per question (None: tm.config.top_k).")
+    router: TrustMarginRouter
 
-    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun
-                                ) -> list[Document]:
-        return [
-            Document(page_content=p.text, id=p.id,
-                     metadata={**p.metadata, "id": p.id, "title": p.title, "score": p.score})
-            for p in self.index.search(query, self.k)
-        ]
+    @property
+    def config_specs(self) -> list[ConfigurableFieldSpec]:
+        return list(_CONFIG_SPECS)
+
+    def _run(self, questions: list[str], config: list[RunnableConfig]) -> list[Decision]:
+        out: list[Decision | None] = [None] * len(questions)
+        groups: dict[tuple[float, float], tuple[TrustMargin, RunnableConfig, list[int]]] = {}
+        for i, cfg in enumerate(config):
+            tm = self.router.arbiter(cfg)
+            groups.setdefault(_settings(tm), (tm, cfg, []))[2].append(i)
+        for tm, cfg, rows in groups.values():
+            search: Retriever = (_DocumentSearch(self.retriever, cfg)
+                                 if isinstance(self.retriever, Runnable) else self.retriever)
+            decisions = tm.answer_batch([questions[i] for i in rows], search, self.k,
+                                        include_prompts=self.router.include_prompts)
+            for i, decision in zip(rows, decisions, strict=True):
+                out[i] = decision
+        return [d for d in out if d is not None]
+
+    def _report(self, questions: list[str], config: list[RunnableConfig]) -> list[Decision]:
+        decisions = self._run(questions, config)
+        for decision, cfg in zip(decisions, config, strict=True):
+            dispatch_custom_event(MARGINS_EVENT, _margins(decision), config=cfg)
+        return decisions
+
+    def _one(self, question: str, config: RunnableConfig) -> Decision:
+        return self._report([question], [config])[0]
+
+    def invoke(self, input: str, config: RunnableConfig | None = None, **kwargs: Any
+               ) -> Decision:
+        """Answer one question with the core's pipeline."""
+        return self._call_with_config(self._one, input, config, run_type="chain")
+
+    def batch(self, inputs: list[str], config: RunnableConfig | list[RunnableConfig] | None
+              = None, *, return_exceptions: bool = False, **kwargs: Any) -> list[Decision]:
+        """Answer many questions with one ``answer_batch`` call."""
+        return self._batch_with_config(self._report, inputs, config,
+                                       return_exceptions=return_exceptions, run_type="chain")
+
+
+# -- the local LLM ----------------------------------------------------------------------------
 
 
 class LocalLLM(LLM):
@@ -381,74 +596,129 @@ def _cut_at_stop(text: str, stop: list[str] | None) -> str:
 
 
 def _question_of(value: Any) -> str:
-    if isinstance(value, str):
-        question = value
-    elif isinstance(value, Mapping) and "question" in value:
-        question = value["question"]
-    else:
-        raise InvalidInputError("question", "is missing",
-                                "invoke the chain with the question string or {'question': ...}")
-    if not isinstance(question, str) or not question.strip():
-        raise InvalidInputError("question", "must be a non-empty string",
+    if isinstance(value, Mapping):
+        if "question" not in value:
+            raise InvalidInputError("question", "is missing",
+                                    "invoke the chain with the question string or "
+                                    "{'question': ...}")
+        value = value["question"]
+    if not isinstance(value, str):
+        raise InvalidInputError("question", f"must be a string, got {type(value).__name__}",
                                 "invoke the chain with the question text")
-    return question
+    return value
 
 
-def _text_of(value: Any) -> str:
+def _text_of(value: Any) -> str | None:
     if isinstance(value, BaseMessage):
         return value.text
-    if isinstance(value, str):
+    if value is None or isinstance(value, str):
         return value
     raise InvalidInputError("answer", f"a candidate chain returned a {type(value).__name__}",
                             "end the closed-book and RAG chains with a string or a message")
 
 
-def _answer_step(piece: Runnable[Any, Any] | BaseLanguageModel[Any], template: str,
-                 clean: bool, name: str) -> Runnable[Any, str]:
+def _answer_step(piece: Runnable[Any, Any] | BaseLanguageModel[Any] | None, template: str,
+                 name: str) -> Runnable[Any, str | None]:
+    if piece is None:
+        # None reaches the router as a missing candidate: its scorer model generates it.
+        return RunnableLambda(lambda _: None, name=f"{name}_by_scorer")
     step: Runnable[Any, Any] = piece
     if isinstance(piece, BaseLanguageModel):
         # A bare model gets the paper's appendix prompt, so its answers are short phrases.
         step = PromptTemplate.from_template(template) | piece
-    finish = (lambda v: clean_answer(_text_of(v))) if clean else _text_of
-    return (step | RunnableLambda(finish, name="to_answer")).with_config(run_name=name)
+    # No cleaning here: the core cleans every candidate and records what it changed.
+    return (step | RunnableLambda(_text_of, name="to_text")).with_config(run_name=name)
 
 
 def _context_of(value: Mapping[str, Any]) -> str:
-    return join_passages([document_to_passage(d) for d in value["documents"]])
+    return join_passages([document_to_passage(d).as_context() for d in value["documents"]])
+
+
+def _no_documents(value: Mapping[str, Any]) -> bool:
+    return not value["documents"]
+
+
+def _as_langchain_retriever(retriever: Any, k: int | None, tm: TrustMargin
+                            ) -> Runnable[str, list[Document]]:
+    if isinstance(retriever, TrustMarginRetriever):
+        return retriever if k is None else retriever.model_copy(update={"k": k})
+    if isinstance(retriever, Runnable):
+        if k is not None:
+            raise InvalidInputError("k", "cannot be applied to this LangChain retriever",
+                                    "set the number of documents on the retriever itself")
+        return retriever
+    if callable(getattr(retriever, "search", None)):
+        return TrustMarginRetriever(retriever=retriever, k=tm.config.top_k if k is None else k)
+    raise InvalidInputError("retriever", f"a {type(retriever).__name__} is neither a LangChain "
+                            "retriever nor has a search(query, k) method",
+                            "pass a LangChain retriever, a BM25Index, an "
+                            "ElasticsearchRetriever or any object with search(query, k)")
+
+
+def _as_project_retriever(retriever: Any, k: int | None) -> tuple[Any, int | None]:
+    if isinstance(retriever, TrustMarginRetriever):
+        return retriever.retriever, retriever.k if k is None else k
+    if isinstance(retriever, Runnable) or callable(getattr(retriever, "search", None)):
+        return retriever, k
+    raise InvalidInputError("retriever", f"a {type(retriever).__name__} is neither a LangChain "
+                            "retriever nor has a search(query, k) method",
+                            "pass a LangChain retriever, a BM25Index, an "
+                            "ElasticsearchRetriever or any object with search(query, k)")
 
 
 def build_trustmargin_chain(
-    retriever: Runnable[str, list[Document]],
-    closed_book: Runnable[Any, Any] | BaseLanguageModel[Any],
-    rag: Runnable[Any, Any] | BaseLanguageModel[Any],
+    retriever: Runnable[str, list[Document]] | Retriever,
+    closed_book: Runnable[Any, Any] | BaseLanguageModel[Any] | None,
+    rag: Runnable[Any, Any] | BaseLanguageModel[Any] | None,
     router: TrustMarginRouter,
     *,
-    clean_answers: bool = True,
+    k: int | None = None,
 ) -> Runnable[Any, Decision]:
-    """The full LCEL chain: retrieve -> both answers in parallel -> route.
+    """The full chain: retrieve -> both answers -> route, from the question to a Decision.
+
+    With ``closed_book`` and ``rag`` both ``None`` the chain is the core's own pipeline
+    (``router.tm.answer_batch``): the scorer model retrieves, generates both candidates and
+    arbitrates; ``chain.batch`` is one ``answer_batch`` call. Otherwise it is an LCEL chain
+    whose every step shows in a trace: retrieve, both candidates in parallel (a ``None``
+    side is generated by the scorer), then :class:`TrustMarginRouter`. Candidates are
+    cleaned by the core (``TrustMarginConfig.clean_answers``), not by the chain.
+
+    When nothing is retrieved the RAG step is skipped and the Decision is the closed-book
+    answer with reason ``no_evidence``.
 
     Args:
-        retriever: returns ``Document`` objects for the question string.
+        retriever: a LangChain retriever (returns ``Document`` objects for the question
+            string), or a project retriever (anything with ``search(query, k)``, e.g. a
+            :class:`~trustmargin_integrations.retrieval.bm25.BM25Index`), which is wrapped
+            in :class:`TrustMarginRetriever`.
         closed_book: a chain reading ``{"question"}`` (e.g. ``prompt | llm | parser``), or a
             bare LLM/chat model, which gets the paper's question-only prompt.
         rag: a chain reading ``{"question", "context", "documents"}`` where ``context`` is
-            the documents joined as ``Passage i: ...`` lines, or a bare model, which gets the
-            paper's question+context prompt.
-        router: the :class:`TrustMarginRouter` that makes the decision.
-        clean_answers: cut each answer to its first line and drop ``Answer:`` labels (the
-            short-answer form the margins are defined on).
+            the documents joined as ``Passage i: title: text`` lines, or a bare model, which
+            gets the paper's question+context prompt.
+        router: the :class:`TrustMarginRouter` that decides (its ``tm`` is the scorer).
+        k: passages per question for a project retriever (default ``tm.config.top_k``) or a
+            :class:`TrustMarginRetriever` (default its own ``k``).
 
     Returns:
         A Runnable from the question (str or ``{"question": ...}``) to a ``Decision``.
     """
     question = RunnableLambda(_question_of, name="question")
+    if closed_book is None and rag is None:
+        search, passages = _as_project_retriever(retriever, k)
+        pipeline = _CorePipeline(retriever=search, k=passages, router=router)
+        return (question | pipeline.with_config(run_name="trustmargin_answer")
+                ).with_config(run_name="TrustMarginChain")
+    documents = _as_langchain_retriever(retriever, k, router.tm)
+    skip_rag = RunnableLambda(lambda _: None, name="no_documents")
     return (
-        RunnableParallel(question=question, documents=question | retriever)
+        RunnableParallel(question=question, documents=question | documents)
         | RunnablePassthrough.assign(context=RunnableLambda(_context_of, name="context"))
         | RunnablePassthrough.assign(
-            direct_answer=_answer_step(closed_book, QUESTION_ONLY_TEMPLATE, clean_answers,
-                                       "closed_book"),
-            rag_answer=_answer_step(rag, QUESTION_CONTEXT_TEMPLATE, clean_answers, "rag"),
+            direct_answer=_answer_step(closed_book, QUESTION_ONLY_TEMPLATE, "closed_book"),
+            rag_answer=RunnableBranch(
+                (RunnableLambda(_no_documents, name="no_documents?"), skip_rag),
+                _answer_step(rag, QUESTION_CONTEXT_TEMPLATE, "rag")),
         )
         | router
     ).with_config(run_name="TrustMarginChain")

@@ -2,17 +2,56 @@
 
 from __future__ import annotations
 
+import importlib
 import json
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 
-import bm25s
 import Stemmer
 
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.schema import Passage
 
 _META = "trustmargin_passages.json"
+_GPU_FRAMEWORKS = ("jax", "jax.lax")
+
+
+@contextmanager
+def _without(modules: Sequence[str]) -> Iterator[None]:
+    """Make ``import`` of ``modules`` fail inside the block; restore sys.modules after."""
+    missing = object()
+    saved = {name: sys.modules.get(name, missing) for name in modules}
+    for name in modules:
+        sys.modules[name] = None  # type: ignore[assignment]  # the import system's "absent"
+    try:
+        yield
+    finally:
+        for name, old in saved.items():
+            if old is missing:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = old  # type: ignore[assignment]
+
+
+def _load_bm25s() -> ModuleType:
+    """Import bm25s without letting it start JAX.
+
+    When JAX is installed, bm25s runs a ``jax.lax.top_k`` at import time; on a GPU machine
+    that starts XLA, which preallocates 75% of the GPU's memory for a CPU-side index (60 of
+    80 GB measured on an H100, leaving the model out of memory). BM25 top-k on numpy is
+    what we want anyway. An application that uses JAX itself keeps its own modules: they are
+    hidden only while bm25s is imported.
+    """
+    if "bm25s" in sys.modules:
+        return sys.modules["bm25s"]
+    with _without(_GPU_FRAMEWORKS):
+        return importlib.import_module("bm25s")
+
+
+bm25s = _load_bm25s()
 
 
 class BM25Index:
@@ -96,7 +135,8 @@ class BM25Index:
         tokens = bm25s.tokenize(list(queries), stopwords="en", stemmer=self._stemmer,
                                 show_progress=False)
         results: list[list[Passage]] = []
-        ids, scores = self._retriever.retrieve(tokens, k=k, show_progress=False)
+        ids, scores = self._retriever.retrieve(tokens, k=k, show_progress=False,
+                                               backend_selection="numpy")
         for row_ids, row_scores in zip(ids, scores, strict=True):
             hits = []
             for doc, score in zip(row_ids, row_scores, strict=True):

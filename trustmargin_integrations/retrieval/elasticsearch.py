@@ -511,39 +511,6 @@ class ElasticsearchRetriever:
             out.append([hit_to_passage(h) for h in item["hits"]["hits"]])
         return out
 
-    # -- framework adapters -----------------------------------------------------------------
-
-    def as_langchain(self, k: int = 20) -> Any:
-        """``langchain_elasticsearch.ElasticsearchRetriever`` with this query and mapping.
-
-        Documents carry ``metadata = {"id", "title", "score"}``; the title is what the
-        TrustMargin LangChain adapter puts in front of the passage text.
-        """
-        from langchain_core.documents import Document
-        from langchain_elasticsearch import ElasticsearchRetriever as LCRetriever
-
-        search_body(".", k)  # validates k now rather than on the first query
-        boost = self.title_boost
-
-        def body_func(query: str) -> dict[str, Any]:
-            return search_body(query, k, boost)
-
-        def to_document(hit: Mapping[str, Any]) -> Document:
-            p = hit_to_passage(hit)
-            return Document(page_content=p.text, id=p.id,
-                            metadata={"id": p.id, "title": p.title, "score": p.score,
-                                      **p.metadata})
-
-        return LCRetriever(index_name=self.index, body_func=body_func,
-                           document_mapper=to_document, client=self.client)
-
-    def as_llama_index(self, k: int = 20) -> Any:
-        """A LlamaIndex retriever over this index (nodes: id, text, ``metadata['title']``)."""
-        from trustmargin_integrations.llama_index import BM25Retriever
-
-        # The adapter only calls ``search(query, k)``, which this class implements.
-        return BM25Retriever(self, similarity_top_k=k)  # type: ignore[arg-type]
-
 
 def index_command(
     corpus: str | Path,
