@@ -35,6 +35,9 @@ from trustmargin_integrations.backends.hf import HFBackend
 from trustmargin_integrations.retrieval.bm25 import BM25Index
 from trustmargin_integrations.retrieval.corpus import load_corpus
 
+sys.path.insert(1, str(Path(__file__).resolve().parent))
+from contexts import fill
+
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "raw"
 VIEWS = ("question_only", "question_context", "context_only")
 
@@ -43,20 +46,6 @@ def six_requests(views: object, direct: str, rag: str) -> list[ContinuationReque
     """The six (answer x view) requests the arbiter sends for one question."""
     return [ContinuationRequest(getattr(views, view), answer)
             for answer in (direct, rag) for view in VIEWS]
-
-
-def fill(backend: HFBackend, index: BM25Index, question: str, size: int) -> list[str]:
-    """BM25 passages in rank order, skipping any that would overflow ``size`` tokens, so
-    each context lands just under its target size."""
-    chosen: list[str] = []
-    used = 0
-    for passage in index.search(question, 200):
-        text = passage.as_context()
-        cost = backend.count_tokens(f"Passage {len(chosen)}: {text}") + 1
-        if used + cost <= size:
-            chosen.append(text)
-            used += cost
-    return chosen
 
 
 def measure(backend: HFBackend, size: int, questions: list[str], index: BM25Index) -> dict:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from trustmargin_integrations.backends.hf import HFBackend
 from trustmargin_integrations.prompts import (
     CONTEXT_ONLY_TEMPLATE,
     QUESTION_CONTEXT_TEMPLATE,
@@ -80,3 +81,33 @@ def test_first_passage_over_budget_is_truncated_and_says_so() -> None:
     assert built.truncated and built.passages_used == 1
     assert built.num_tokens <= 5
     assert built.text.startswith("Passage 0: a b")
+
+
+def test_context_builder_matches_brute_force_greedy(backend: HFBackend) -> None:
+    """The linear builder (batched per-line counts, then exact checks) picks exactly the
+    passages the quadratic greedy builder (count every prefix) picks, at every budget."""
+    import random
+
+    rng = random.Random(7)
+    words = ["Paris", "capital", "1987", "naïve", "résumé", "\u6a4b", "—", "e.g.", "U.S.",
+             "bridge", "Okonkwo", "'s", "(film)", "\t", "…", "x" * 30]
+    passages = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 40)))
+                for _ in range(30)]
+
+    def greedy(budget: int) -> int:
+        used = 0
+        for n in range(1, len(passages) + 1):
+            if backend.count_tokens(join_passages(passages[:n])) > budget:
+                break
+            used = n
+        return used
+
+    for budget in (16, 40, 100, 333, 700, 5000):
+        built = build_context(passages, backend.count_tokens, budget, backend.truncate_tokens,
+                              backend.count_tokens_batch)
+        expected = greedy(budget)
+        if expected:
+            assert (built.passages_used, built.truncated) == (expected, False), budget
+            assert built.num_tokens == backend.count_tokens(built.text) <= budget
+        else:
+            assert built.truncated and built.passages_used == 1

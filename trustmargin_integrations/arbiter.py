@@ -18,7 +18,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
@@ -43,6 +44,9 @@ from trustmargin_integrations.schema import (
     ViewPrompts,
 )
 from trustmargin_integrations.validation import ValidInput, validate_input
+
+if TYPE_CHECKING:
+    from trustmargin_integrations.evaluation.calibration import Calibration
 
 _VIEWS = ("question_only", "question_context", "context_only")
 
@@ -94,12 +98,42 @@ class TrustMargin:
         model: str = "smollm2-135m",
         *,
         config: TrustMarginConfig | None = None,
+        calibration: str | Path | Calibration | None = None,
         **backend_kwargs: Any,
     ) -> TrustMargin:
-        """Load a local transformers backend (a named model, HF id, directory or GGUF file)."""
+        """Load a local transformers backend (a named model, HF id, directory or GGUF file).
+
+        ``calibration``: a file written by ``trustmargin calibrate`` (or a loaded
+        :class:`~.evaluation.calibration.Calibration`); its lambda_bind and tau replace the
+        config's, after checking it was fitted for this model and prompt version.
+        """
         from trustmargin_integrations.backends.hf import HFBackend
 
-        return cls(HFBackend.load(model, **backend_kwargs), config)
+        if calibration is None:
+            return cls(HFBackend.load(model, **backend_kwargs), config)
+        from trustmargin_integrations.evaluation.calibration import Calibration
+
+        fitted = Calibration.coerce(calibration)  # a bad file fails before the model loads
+        return cls.calibrated(HFBackend.load(model, **backend_kwargs), fitted, config)
+
+    @classmethod
+    def calibrated(
+        cls,
+        backend: Backend,
+        calibration: str | Path | Calibration,
+        config: TrustMarginConfig | None = None,
+    ) -> TrustMargin:
+        """An arbiter on ``backend`` whose lambda_bind and tau come from ``calibration``.
+
+        Raises:
+            InvalidInputError: (field ``calibration``) the file was fitted for another model
+                or prompt version, or is not a calibration file.
+        """
+        from trustmargin_integrations.evaluation.calibration import Calibration
+
+        fitted = Calibration.coerce(calibration)
+        fitted.check(backend.model_id, PROMPT_VERSION)
+        return cls(backend, fitted.apply(config))
 
     # -- the pipeline -----------------------------------------------------------------------
 
@@ -118,6 +152,9 @@ class TrustMargin:
         A candidate given here is used instead of generating it. When retrieval finds
         nothing the closed-book answer is returned with reason ``no_evidence``.
         """
+        if not isinstance(question, str) or not question.strip():
+            raise InvalidInputError("question", "must be a non-empty string",
+                                    "pass the question text")
         return self.answer_batch([question], retriever, k, direct_answers=[direct_answer],
                                  rag_answers=[rag_answer], include_prompts=include_prompts)[0]
 
@@ -207,22 +244,48 @@ class TrustMargin:
         :func:`~.validation.validate_input`).
         """
         valid = validate_input(item, where=where, names=names)
-        context = build_context(valid.passages, self.backend.count_tokens,
-                                self.config.max_context_tokens, self.backend.truncate_tokens)
+        budget = self._context_budget(valid, where)
+        context = build_context(valid.passages, self.backend.count_tokens, budget,
+                                self.backend.truncate_tokens,
+                                getattr(self.backend, "count_tokens_batch", None))
         if context.truncated:
             valid.warnings.append(
-                f"passages[0]: cut to {context.num_tokens} tokens to fit max_context_tokens="
-                f"{self.config.max_context_tokens}"
+                f"passages[0]: cut to {context.num_tokens} tokens to fit the context budget "
+                f"of {budget} tokens"
             )
         elif context.passages_used < context.passages_given:
             valid.warnings.append(
                 f"passages: used {context.passages_used} of {context.passages_given} to fit "
-                f"max_context_tokens={self.config.max_context_tokens}"
+                f"the context budget of {budget} tokens"
             )
         texts = view_texts(valid.question, context.text)
         render = self.backend.render_prompt
         views = ViewPrompts(**{v: render(getattr(texts, v)) for v in _VIEWS})
         return PreparedQuestion(valid, context, views)
+
+    def _context_budget(self, valid: ValidInput, where: str | None) -> int:
+        """``max_context_tokens``, capped so the longest prompt plus generation fits the
+        model's window; a question that cannot fit at all is a typed error."""
+        budget = self.config.max_context_tokens
+        window = getattr(self.backend, "context_window", None)
+        if not window:
+            return budget
+        texts = view_texts(valid.question, "")
+        count, render = self.backend.count_tokens, self.backend.render_prompt
+        question_only = count(render(texts.question_only))
+        # The passage lines add a few separator tokens the empty context does not show.
+        fixed = count(render(texts.question_context)) + self.config.max_new_tokens + 8
+        field = f"{where}.question" if where else "question"
+        if question_only + self.config.max_new_tokens > window or window - fixed < 16:
+            raise InvalidInputError(
+                field, f"is too long: its prompts take {max(question_only, fixed)} of the "
+                f"model's {window}-token window before any passage",
+                "shorten the question (or use a model with a longer window)")
+        if window - fixed < budget:
+            valid.warnings.append(f"passages: context budget capped at {window - fixed} "
+                                  f"tokens to fit the model's {window}-token window")
+            budget = window - fixed
+        return budget
 
     def _arbitrate_prepared(
         self, prepared: list[PreparedQuestion], include_prompts: bool | None, *, progress: bool

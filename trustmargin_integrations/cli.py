@@ -124,12 +124,21 @@ def demo(
                       escape(" | ".join(r.question.answers)),
                       f"F1 {r.f1['trustmargin']:.2f}")
     console.print(table)
+    result = summarize(rows)
     summary = Table(title=f"Summary over {len(rows)} questions (x100)")
-    for col in ("method", "EM", "F1"):
+    for col in ("method", "EM", "EM 95% CI", "F1", "F1 95% CI"):
         summary.add_column(col)
-    for method, scores in summarize(rows).items():
-        summary.add_row(method, f"{scores['em']:.1f}", f"{scores['f1']:.1f}")
+    for method, scores in result.scores.items():
+        summary.add_row(method, f"{scores['em']:.1f}", result.em.methods[method].ci(1),
+                        f"{scores['f1']:.1f}", result.f1.methods[method].ci(1))
+    for key, f1d in result.f1.differences.items():
+        emd = result.em.differences[key]
+        which = f1d.b if f1d.b == emd.b else f"EM: {emd.b}, F1: {f1d.b}"
+        label = key.replace("best_single", f"best single ({which})")
+        summary.add_row(label, f"{emd.mean:+.1f}", f"{emd.ci(1)} P>0 {emd.p_positive:.2f}",
+                        f"{f1d.mean:+.1f}", f"{f1d.ci(1)} P>0 {f1d.p_positive:.2f}")
     console.print(summary)
+    console.print(escape(result.note()))
     if output:
         _write_jsonl(output, [r.decision.model_dump(mode="json") for r in rows])
         console.print(f"decisions written to {output}")
@@ -309,7 +318,8 @@ def main() -> None:
     try:
         app()
     except TrustMarginError as exc:
-        err_console.print(f"[red]error[/] {exc}")
+        # The message quotes user text: escape it, and never wrap a path or a fix mid-word.
+        err_console.print(f"[red]error[/] {escape(str(exc))}", soft_wrap=True)
         sys.exit(2)
 
 

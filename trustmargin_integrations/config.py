@@ -20,7 +20,9 @@ class TrustMarginConfig(BaseModel):
     top_k: int = Field(20, ge=1, description="Passages retrieved per question by "
                                              "TrustMargin.answer when no k is given.")
     max_context_tokens: int = Field(
-        2048, ge=16, description="Token budget of the concatenated passage context."
+        2048, ge=16, le=10_000_000,
+        description="Token budget of the concatenated passage context (capped further to "
+                    "what fits the model's window)."
     )
     max_new_tokens: int = Field(20, ge=1, le=512, description="Greedy generation length.")
     clean_answers: bool = Field(

@@ -12,6 +12,14 @@ from dataclasses import dataclass
 from importlib.resources import files
 
 from trustmargin_integrations.arbiter import TrustMargin
+from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.evaluation.bootstrap import (
+    DEFAULT_RESAMPLES,
+    DEFAULT_SEED,
+    Bootstrap,
+    paired_bootstrap,
+    source_comparisons,
+)
 from trustmargin_integrations.evaluation.metrics import exact_match, mean_x100, token_f1
 from trustmargin_integrations.retrieval.bm25 import BM25Index
 from trustmargin_integrations.schema import Decision, Passage
@@ -72,8 +80,35 @@ def run_demo(
     return rows
 
 
-def summarize(rows: list[DemoRow]) -> dict[str, dict[str, float]]:
-    """Mean F1 and EM (x100) per method."""
-    methods = ("direct", "rag", "trustmargin", "oracle")
-    return {m: {"f1": mean_x100([r.f1[m] for r in rows]),
-                "em": mean_x100([r.em[m] for r in rows])} for m in methods}
+DEMO_METHODS = ("direct", "rag", "trustmargin", "oracle")
+
+
+@dataclass(frozen=True)
+class DemoSummary:
+    """Mean F1 and EM (x100) per method, with paired bootstrap intervals over the questions.
+
+    ``f1`` and ``em`` hold each method's interval and the differences TrustMargin - best
+    single source, TrustMargin - Direct and TrustMargin - RAG (see :mod:`.evaluation.bootstrap`).
+    """
+
+    n: int
+    scores: dict[str, dict[str, float]]
+    f1: Bootstrap
+    em: Bootstrap
+
+    def note(self) -> str:
+        """n, how the intervals were made, and the small-sample warning (n < 100)."""
+        return self.f1.note()
+
+
+def summarize(rows: list[DemoRow], *, resamples: int = DEFAULT_RESAMPLES,
+              seed: int = DEFAULT_SEED) -> DemoSummary:
+    """Mean F1 and EM (x100) per method, and their paired bootstrap intervals."""
+    if not rows:
+        raise InvalidInputError("rows", "is empty", "run the demo on at least one question")
+    scores = {m: {"f1": mean_x100([r.f1[m] for r in rows]),
+                  "em": mean_x100([r.em[m] for r in rows])} for m in DEMO_METHODS}
+    boots = [paired_bootstrap({m: [getattr(r, metric)[m] for r in rows] for m in DEMO_METHODS},
+                              source_comparisons(), resamples=resamples, seed=seed)
+             for metric in ("f1", "em")]
+    return DemoSummary(len(rows), scores, *boots)

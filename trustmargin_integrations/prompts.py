@@ -77,16 +77,17 @@ def build_context(
     count_tokens: Callable[[str], int],
     max_tokens: int,
     truncate_tokens: Callable[[str, int], str] | None = None,
+    count_many: Callable[[Sequence[str]], list[int]] | None = None,
 ) -> BuiltContext:
     """Join as many leading passages as fit in ``max_tokens`` (a passage boundary cut).
 
     When not even the first passage fits, it is cut to the budget with ``truncate_tokens``
     (token-level) so the question still sees some evidence; the result says so.
+    ``count_many`` (optional) counts many texts in one tokenizer call.
     """
-    used = _passages_that_fit(passages, count_tokens, max_tokens)
+    used, tokens = _passages_that_fit(passages, count_tokens, max_tokens, count_many)
     if used or not passages:
-        text = join_passages(passages[:used])
-        return BuiltContext(text, used, len(passages), count_tokens(text) if used else 0, False)
+        return BuiltContext(join_passages(passages[:used]), used, len(passages), tokens, False)
     if truncate_tokens is None:
         raise ValueError("the first passage exceeds the context budget and no truncator was given")
     prefix_tokens = count_tokens(format_passage(0, ""))
@@ -96,33 +97,45 @@ def build_context(
 
 
 def _passages_that_fit(
-    passages: Sequence[str], count_tokens: Callable[[str], int], max_tokens: int
-) -> int:
-    """The largest n whose first-n context has at most ``max_tokens`` tokens.
+    passages: Sequence[str],
+    count_tokens: Callable[[str], int],
+    max_tokens: int,
+    count_many: Callable[[Sequence[str]], list[int]] | None,
+) -> tuple[int, int]:
+    """The largest n whose first-n context has at most ``max_tokens`` tokens, and its size.
 
     Tokenizing every prefix would be quadratic in the number of passages, so the per-line
-    counts give an estimate and a few exact counts of the joined text settle it (a join can
-    merge or split a token at a line boundary, so the estimate alone is not exact).
+    counts (one batched call) give an estimate and exact counts of the joined text settle it:
+    a join can merge or split a token at a line boundary, so the estimate alone is not exact.
+    When the exact count of the estimate equals the estimate, the boundaries merged nothing
+    and one more passage, already estimated over budget, is not tried.
     """
     if not passages:
-        return 0
+        return 0, 0
+    lines = [format_passage(i, p) for i, p in enumerate(passages)]
+    sizes = count_many(lines) if count_many else [count_tokens(line) for line in lines]
     newline = count_tokens("\n")
-    running, estimate = 0, 0
-    for i, passage in enumerate(passages):
-        running += count_tokens(format_passage(i, passage)) + (newline if i else 0)
+    running, estimate, estimated = 0, 0, 0
+    for i, size in enumerate(sizes):
+        running += size + (newline if i else 0)
         if running > max_tokens:
             break
-        estimate = i + 1
+        estimate, estimated = i + 1, running
+    exact: dict[int, int] = {0: 0}
 
-    def fits(n: int) -> bool:
-        return n == 0 or count_tokens(join_passages(passages[:n])) <= max_tokens
+    def size_of(n: int) -> int:
+        if n not in exact:
+            exact[n] = count_tokens("\n".join(lines[:n]))
+        return exact[n]
 
     n = estimate
-    while n > 0 and not fits(n):
+    while n > 0 and size_of(n) > max_tokens:
         n -= 1
-    while n < len(passages) and fits(n + 1):
+    if n == estimate and size_of(n) == estimated:
+        return n, exact[n]
+    while n < len(passages) and size_of(n + 1) <= max_tokens:
         n += 1
-    return n
+    return n, size_of(n)
 
 
 def view_texts(question: str, context: str) -> ViewPrompts:

@@ -87,9 +87,9 @@ def validate_input(
     warnings: list[str] = []
     question = _text(raw.get("question"), name("question"), warnings,
                      "pass the user's question as text")
-    if question is None or not question:
-        raise InvalidInputError(name("question"), "is missing or empty",
-                                "pass a non-empty question")
+    if question is None or not _visible(question):
+        raise InvalidInputError(name("question"), "is missing, empty or has no visible "
+                                "character", "pass a non-empty question")
     passages, refs = _passages(raw.get("passages"), name, warnings)
     answers = {}
     for key in ("direct_answer", "rag_answer"):
@@ -131,6 +131,12 @@ def _metadata(value: Any, field_name: str) -> dict[str, Any]:
         raise InvalidInputError(field_name, f"holds a value JSON cannot carry ({exc})",
                                 "keep metadata to strings, numbers, booleans, lists and "
                                 "dicts") from exc
+
+
+def _visible(text: str) -> bool:
+    """True when ``text`` has a character that is not whitespace or an invisible format
+    character (zero-width spaces and joiners, direction marks, BOM: category Cf)."""
+    return any(not ch.isspace() and unicodedata.category(ch) != "Cf" for ch in text)
 
 
 def _text(value: Any, field_name: str, warnings: list[str], fix: str) -> str | None:
@@ -176,7 +182,7 @@ def _passages(
                                     "pass passage texts (str), Passage records or "
                                     "{'text', 'title', 'id'} objects")
         text = _text(p, where, warnings, "pass passage texts (str) or Passage records")
-        if not text:
+        if not text or not _visible(text):
             raise InvalidInputError(where, "is empty or whitespace",
                                     "drop empty passages before arbitration")
         texts.append(text)

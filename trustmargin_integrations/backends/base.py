@@ -63,6 +63,8 @@ class Backend(Protocol):
     """A language-model engine: prompts and tokens in, text and log-likelihoods out."""
 
     model_id: str
+    context_window: int | None
+    """Most tokens the model attends to (prompt + generation); None when unknown."""
 
     def render_prompt(self, user_message: str) -> str:
         """Wrap a user message in the model's chat template (or return it unchanged)."""

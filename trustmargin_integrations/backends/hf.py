@@ -138,6 +138,8 @@ class HFBackend(LocalTokenizerMixin):
         pad = tokenizer.pad_token_id
         self._pad = pad if pad is not None else min(self._eos, default=0)
         self._line_breaks: frozenset[int] | None = None
+        window = getattr(model.config, "max_position_embeddings", None)
+        self.context_window: int | None = window if isinstance(window, int) else None
 
     @classmethod
     def load(

@@ -49,7 +49,7 @@ from trustmargin_integrations.backends.base import (
 )
 from trustmargin_integrations.backends.tokens import LocalTokenizerMixin
 from trustmargin_integrations.errors import BackendError, InvalidInputError, ModelLoadError
-from trustmargin_integrations.urls import redact_url
+from trustmargin_integrations.urls import protect_logs, redact_url, split_credentials
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +77,11 @@ def _root_url(url: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InvalidInputError("base_url", f"{redact_url(url)!r} is not an http(s) URL",
                                 "pass a URL such as http://127.0.0.1:8000")
+    try:
+        parts.port  # noqa: B018  (urlsplit checks the port only when asked)
+    except ValueError:
+        raise InvalidInputError("base_url", f"{redact_url(url)!r} has a port that is not a "
+                                "number", "pass a URL such as http://127.0.0.1:8000") from None
     path = parts.path.rstrip("/")
     if path.endswith("/v1"):
         path = path[: -len("/v1")]
@@ -131,6 +136,8 @@ class OpenAICompatBackend(LocalTokenizerMixin):
         extra_body: extra JSON fields for every request (server-specific options); they
             override the defaults, e.g. ``{"add_special_tokens": True}``.
         transport: an ``httpx`` transport to use instead of the network (proxies, tests).
+        context_window: the served model's window in tokens (default: the tokenizer's
+            ``model_max_length`` when it is a real limit).
 
     Example:
         >>> backend = OpenAICompatBackend("http://127.0.0.1:8000", "smollm2",  # doctest: +SKIP
@@ -153,6 +160,7 @@ class OpenAICompatBackend(LocalTokenizerMixin):
         renderer: Callable[[str], str] | None = None,
         extra_body: Mapping[str, Any] | None = None,
         transport: httpx.BaseTransport | None = None,
+        context_window: int | None = None,
     ) -> None:
         if not isinstance(model, str) or not model.strip():
             raise InvalidInputError("model", "is empty",
@@ -163,11 +171,16 @@ class OpenAICompatBackend(LocalTokenizerMixin):
         if max_retries < 0:
             raise InvalidInputError("max_retries", f"must be >= 0, got {max_retries}",
                                     "use 0 to disable retries")
-        self._root = _root_url(base_url)
+        # Credentials leave the URL for an auth object, so no log line or error can show them.
+        self._root, credentials = split_credentials(_root_url(base_url))
         self.url = redact_url(self._root)
         self.model = model
         self.model_id = model_id or model
         self.tokenizer = load_tokenizer(tokenizer)
+        limit = getattr(self.tokenizer, "model_max_length", None)
+        # Tokenizers without a limit report a huge sentinel (int(1e30)).
+        self.context_window = context_window or (
+            limit if isinstance(limit, int) and limit < 10_000_000 else None)
         self.max_concurrency = max_concurrency
         self.max_retries = max_retries
         self.backoff_s = backoff_s
@@ -176,8 +189,10 @@ class OpenAICompatBackend(LocalTokenizerMixin):
         self._chat = self.has_chat_template
         key = api_key if api_key is not None else os.environ.get(ENV_API_KEY)
         headers = {"Authorization": f"Bearer {key}"} if key else {}
+        protect_logs([key] if key else [])
         self._client = httpx.Client(
             base_url=self._root, headers=headers, timeout=timeout_s, transport=transport,
+            auth=httpx.BasicAuth(*credentials) if credentials else None,
             limits=httpx.Limits(max_connections=max_concurrency,
                                 max_keepalive_connections=max_concurrency),
         )

@@ -6,7 +6,7 @@ budget, the chat template and the answer lengths are exactly the local backend's
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
@@ -43,6 +43,13 @@ class LocalTokenizerMixin:
     def count_tokens(self, text: str) -> int:
         """Tokens of ``text`` without special tokens."""
         return len(self.encode_answer(text))
+
+    def count_tokens_batch(self, texts: Sequence[str]) -> list[int]:
+        """Tokens of each text, in one tokenizer call."""
+        if not texts:
+            return []
+        return [len(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)
+                .input_ids]
 
     def truncate_tokens(self, text: str, max_tokens: int) -> str:
         """The first ``max_tokens`` tokens of ``text``, decoded back to text."""

@@ -1,4 +1,5 @@
-"""The ``eval`` and ``report`` commands; :func:`register` adds them to the main typer app."""
+"""The ``eval``, ``report`` and ``calibrate`` commands; :func:`register` adds them to the main
+typer app."""
 
 from __future__ import annotations
 
@@ -205,10 +206,47 @@ def report_command(
         raise typer.Exit(2) from exc
 
 
+def calibrate_command(
+    run_dir: Annotated[Path, typer.Argument(help="A directory written by `trustmargin eval`.")],
+    out: Annotated[Path | None, typer.Option(
+        help="Calibration file to write (default RUN_DIR/calibration.json).")] = None,
+    objective: Annotated[str, typer.Option(help="Mean to maximize: f1 or em.")] = "f1",
+    folds: Annotated[int, typer.Option(
+        help="Cross-validation folds, stratified by dataset (0 = skip the estimate).")] = 5,
+    seed: Annotated[int, typer.Option(help="Seed of the fold shuffle and the bootstrap.")] = 0,
+    resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 10_000,
+) -> None:
+    """Fit lambda_bind and tau on a run's cached decisions (no model), cross-validated.
+
+    Load the result with ``TrustMargin.from_pretrained(model, calibration=FILE)``.
+    """
+    from trustmargin_integrations.evaluation.calibration import calibrate_run, describe
+
+    try:
+        if objective not in ("f1", "em"):
+            raise InvalidInputError("--objective", f"must be f1 or em, got {objective!r}",
+                                    "pass --objective f1 or --objective em")
+        if folds == 1 or folds < 0:
+            raise InvalidInputError("--folds", f"must be 0 or >= 2, got {folds}",
+                                    "use 5 (the default), or 0 to skip cross-validation")
+        calibration, cv = calibrate_run(run_dir, objective=objective,  # type: ignore[arg-type]
+                                        folds=folds, seed=seed, resamples=resamples)
+    except InvalidInputError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    for line in describe(calibration, cv):
+        typer.echo(line)
+    path = calibration.save(out or Path(run_dir) / "calibration.json")
+    typer.echo(f"calibration: {path}")
+    typer.echo(f"use it: TrustMargin.from_pretrained({calibration.model_id!r}, "
+               f"calibration={str(path)!r})")
+
+
 def register(app: typer.Typer) -> None:
-    """Add ``eval`` and ``report`` to the main ``trustmargin`` app."""
+    """Add ``eval``, ``report`` and ``calibrate`` to the main ``trustmargin`` app."""
     app.command("eval")(eval_command)
     app.command("report")(report_command)
+    app.command("calibrate")(calibrate_command)
 
 
 def main() -> None:

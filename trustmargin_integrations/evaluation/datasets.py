@@ -18,7 +18,6 @@ development sandbox, which has no internet access.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import zipfile
@@ -306,12 +305,3 @@ def download_official_cwq(dest: str | Path, limit: int | None = 1000) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(out, ensure_ascii=False), encoding="utf-8")
     return target
-
-
-def sha256_of(path: str | Path) -> str:
-    """Hex sha256 of a file (to record which data a run used)."""
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

@@ -74,8 +74,17 @@ def method_scores(
     scored: Sequence[Scored], lambda_bind: float = DEFAULT_LAMBDA, tau: float = DEFAULT_TAU
 ) -> dict[str, tuple[float, float]]:
     """(F1, EM) x100 of every method in :data:`METHODS`."""
-    out: dict[str, tuple[float, float]] = {}
-    for method in METHODS:
+    return {method: (mean_x100(f1s), mean_x100(ems))
+            for method, (f1s, ems) in per_question_scores(scored, lambda_bind, tau).items()}
+
+
+def per_question_scores(
+    scored: Sequence[Scored], lambda_bind: float = DEFAULT_LAMBDA, tau: float = DEFAULT_TAU,
+    methods: Sequence[str] = METHODS,
+) -> dict[str, tuple[list[float], list[float]]]:
+    """Per-question (F1 list, EM list), 0..1, of each method (the bootstrap's input)."""
+    out: dict[str, tuple[list[float], list[float]]] = {}
+    for method in methods:
         f1s, ems = [], []
         for s in scored:
             if method == "oracle":
@@ -89,7 +98,7 @@ def method_scores(
                 choice = s.decision.replay(lambda_bind, tau, variant)
             f1s.append(s.f1(choice))
             ems.append(s.em(choice))
-        out[method] = (mean_x100(f1s), mean_x100(ems))
+        out[method] = (f1s, ems)
     return out
 
 

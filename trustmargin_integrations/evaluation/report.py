@@ -8,12 +8,22 @@ curves and latency. ``summary.json`` next to the report holds the same numbers.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from trustmargin_integrations.evaluation import plots
+from trustmargin_integrations.evaluation.bootstrap import (
+    BEST_SINGLE,
+    Bootstrap,
+    Difference,
+    comparison_key,
+    grouped_bootstrap,
+    paired_bootstrap,
+    source_comparisons,
+)
 from trustmargin_integrations.evaluation.diagnostics import (
     DEFAULT_LAMBDA,
     DEFAULT_TAU,
@@ -21,6 +31,7 @@ from trustmargin_integrations.evaluation.diagnostics import (
     GRID_TAUS,
     METHOD_LABELS,
     ArbitrationDiagnostics,
+    Scored,
     arbitration_diagnostics,
     average_rows,
     best_cell,
@@ -29,11 +40,22 @@ from trustmargin_integrations.evaluation.diagnostics import (
     latency,
     method_scores,
     noise_summary,
+    per_question_scores,
     score_records,
 )
 from trustmargin_integrations.evaluation.rundir import DatasetRun, load_run
 
 _DATASET_LABELS = {"cwq": "CWQ", "2wiki": "2Wiki"}
+
+
+def inside(folder: Path, name: str) -> Path:
+    """``folder / name`` with ``name`` reduced to a plain file name.
+
+    Dataset names come from the run's ``manifest.json``; a crafted one ("../../x") must not
+    write outside the run directory.
+    """
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "unnamed"
+    return folder / safe
 
 
 def _label(name: str) -> str:
@@ -48,6 +70,33 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return lines
+
+
+MAIN_METHODS = ("direct", "rag", "trustmargin", "oracle")
+COMPARISONS = source_comparisons("trustmargin")
+COMPARISON_LABELS = {comparison_key("trustmargin", BEST_SINGLE): "TrustMargin - best single",
+                     comparison_key("trustmargin", "direct"): "TrustMargin - Direct",
+                     comparison_key("trustmargin", "rag"): "TrustMargin - BM25-RAG"}
+
+
+def intervals(scored: Mapping[str, Sequence[Scored]], *, seed: int = 0,
+              resamples: int = 10_000) -> dict[str, dict[str, Bootstrap]]:
+    """Paired bootstrap of the main table per dataset, and of the Average (key ``average``,
+    each dataset resampled within itself): ``{scope: {"f1": ..., "em": ...}}``."""
+    per_q = {n: per_question_scores(s, methods=MAIN_METHODS) for n, s in scored.items()}
+    out: dict[str, dict[str, Bootstrap]] = {}
+    for col, metric in enumerate(("f1", "em")):
+        groups = {n: {m: v[m][col] for m in MAIN_METHODS} for n, v in per_q.items()}
+        for n, scores in groups.items():
+            out.setdefault(n, {})[metric] = paired_bootstrap(
+                scores, COMPARISONS, seed=seed, resamples=resamples)
+        out.setdefault("average", {})[metric] = grouped_bootstrap(
+            groups, COMPARISONS, seed=seed, resamples=resamples)
+    return out
+
+
+def _versus(d: Difference) -> str:
+    return METHOD_LABELS[d.b]
 
 
 def _decision_stats(run: DatasetRun) -> dict[str, int]:
@@ -96,20 +145,50 @@ def build_report(run_dir: str | Path, out: str | Path | None = None,
 
     # -- main table ---------------------------------------------------------------------------
     lines += ["", "## Main results (as in the paper's Table 1)", ""]
-    header = ["Method"] + [f"{_label(n)} {m}" for n in names for m in ("F1", "EM")]
+    boots = intervals(scored)
+    scopes = [(n, _label(n), tables[n]) for n in names]
     if len(names) > 1:
-        header += ["Avg F1", "Avg EM"]
+        scopes.append(("average", "Avg", average))
+    header = ["Method"] + [f"{label} {m}" for _, label, _ in scopes
+                           for m in ("F1", "EM", "F1 95% CI", "EM 95% CI")]
     main_rows = []
-    for method in ("direct", "rag", "trustmargin", "oracle"):
+    for method in MAIN_METHODS:
         row = [METHOD_LABELS[method]]
-        for n in names:
-            row += [_f(tables[n][method][0]), _f(tables[n][method][1])]
-        if len(names) > 1:
-            row += [_f(average[method][0]), _f(average[method][1])]
+        for key, _, table in scopes:
+            row += [_f(table[method][0]), _f(table[method][1]),
+                    boots[key]["f1"].methods[method].ci(), boots[key]["em"].methods[method].ci()]
         main_rows.append(row)
+    best_key = comparison_key("trustmargin", BEST_SINGLE)
+    row = ["TrustMargin - best single source"]
+    for key, _, _ in scopes:
+        f1d, emd = boots[key]["f1"].differences[best_key], boots[key]["em"].differences[best_key]
+        row += [f"{f1d.mean:+.2f}", f"{emd.mean:+.2f}", f"{f1d.ci()} vs {_versus(f1d)}",
+                f"{emd.ci()} vs {_versus(emd)}"]
+    main_rows.append(row)
     lines += _table(header, main_rows)
+    note = boots["average" if len(names) > 1 else names[0]]["f1"].note()
     lines += ["", "Oracle(Direct, RAG) is the post-hoc upper bound of any selector over the same "
-              "two candidates (it reads the gold answer)."]
+              "two candidates (it reads the gold answer). Intervals: " + note + " The best "
+              "single source is the better of Direct and BM25-RAG by observed mean, per column; "
+              "the Avg intervals resample each dataset's questions within that dataset."]
+    lines += ["", "### Is TrustMargin's difference real? (paired bootstrap)", ""]
+    sig_rows = []
+    for key, label, _ in scopes:
+        for comp, comp_label in COMPARISON_LABELS.items():
+            f1d, emd = boots[key]["f1"].differences[comp], boots[key]["em"].differences[comp]
+            if comp == best_key:
+                comp_label += (f" ({_versus(f1d)})" if f1d.b == emd.b
+                               else f" (F1: {_versus(f1d)}, EM: {_versus(emd)})")
+            sig_rows.append([label, comp_label, f"{f1d.mean:+.2f}", f1d.ci(),
+                             f"{f1d.p_positive:.3f}", f"{emd.mean:+.2f}", emd.ci(),
+                             f"{emd.p_positive:.3f}"])
+    lines += _table(["", "difference", "F1", "F1 95% CI", "share > 0 (F1)", "EM", "EM 95% CI",
+                     "share > 0 (EM)"], sig_rows)
+    lines += ["", "\"share > 0\" is the fraction of resamples in which the difference is positive "
+              "(a one-sided bootstrap probability, not a p-value); an interval that contains 0 "
+              "means the sample cannot tell the two methods apart."]
+    summary["intervals"] = {key: {m: b.as_dict() for m, b in v.items()}
+                            for key, v in boots.items()}
 
     # -- ablation -----------------------------------------------------------------------------
     lines += ["", "## Margin ablation", ""]
@@ -153,7 +232,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None,
     rec_rows = []
     for n in names:
         rec = disagreement_recovery(scored[n])
-        figure = plots.recovery_bars(rec, folder / f"recovery_{n}.png",
+        figure = plots.recovery_bars(rec, inside(folder, f"recovery_{n}.png"),
                                      title=f"Disagreement recovery, {_label(n)} ({models[0]})")
         lines += [f"![recovery {n}]({figure.name})", ""]
         for key, label in (("direct_favored", "Direct-favored"), ("rag_favored", "RAG-favored")):

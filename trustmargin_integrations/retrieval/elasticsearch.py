@@ -31,11 +31,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from trustmargin_integrations.errors import BackendError, InvalidInputError
 from trustmargin_integrations.retrieval.corpus import load_corpus
 from trustmargin_integrations.schema import Passage
+from trustmargin_integrations.urls import protect_logs, redact_url, scrub, split_credentials
 
 logger = logging.getLogger(__name__)
 
@@ -84,14 +85,22 @@ class ElasticsearchSettings:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise InvalidInputError("url", f"{self.safe_url!r} is not an http(s) URL",
                                     "pass a URL such as http://localhost:9200")
+        try:
+            parts.port  # noqa: B018  (urlsplit checks the port only when asked)
+        except ValueError:
+            raise InvalidInputError("url", f"{self.safe_url!r} has a port that is not a "
+                                    "number", "pass a URL such as http://localhost:9200"
+                                    ) from None
         if parts.username is not None:
             if self.username or self.api_key:
                 raise InvalidInputError("url", "holds credentials and other credentials were "
                                         "given too", "give credentials one way only")
-            object.__setattr__(self, "username", unquote(parts.username))
-            object.__setattr__(self, "password", unquote(parts.password or ""))
-            host = parts.hostname + (f":{parts.port}" if parts.port else "")
-            object.__setattr__(self, "url", urlunsplit((parts.scheme, host, parts.path, "", "")))
+            clean, credentials = split_credentials(self.url.strip())
+            assert credentials is not None
+            object.__setattr__(self, "username", credentials[0])
+            object.__setattr__(self, "password", credentials[1])
+            object.__setattr__(self, "url", redact_url(clean))
+        protect_logs(self.secrets)
         if self.api_key and self.username:
             raise InvalidInputError("api_key", "and basic auth were both given",
                                     "use either an API key or a user name and password")
@@ -105,9 +114,7 @@ class ElasticsearchSettings:
     @property
     def safe_url(self) -> str:
         """The URL with any credentials and query string removed (safe to print)."""
-        parts = urlsplit(self.url.strip())
-        host = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
-        return urlunsplit((parts.scheme, host, parts.path, "", ""))
+        return redact_url(self.url)
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -154,10 +161,10 @@ class ElasticsearchSettings:
         return kwargs
 
     def scrub(self, text: str) -> str:
-        """``text`` with every secret replaced by ``***``."""
+        """``text`` with URL credentials and every secret replaced by ``***``."""
         for secret in self.secrets:
             text = text.replace(secret, "***")
-        return text
+        return scrub(text)
 
 
 def connect(settings: ElasticsearchSettings) -> Any:
