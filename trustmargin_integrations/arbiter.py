@@ -43,7 +43,7 @@ from trustmargin_integrations.schema import (
     ViewLikelihoods,
     ViewPrompts,
 )
-from trustmargin_integrations.validation import ValidInput, validate_input
+from trustmargin_integrations.validation import ValidInput, check_question, validate_input
 
 if TYPE_CHECKING:
     from trustmargin_integrations.evaluation.calibration import Calibration
@@ -152,9 +152,7 @@ class TrustMargin:
         A candidate given here is used instead of generating it. When retrieval finds
         nothing the closed-book answer is returned with reason ``no_evidence``.
         """
-        if not isinstance(question, str) or not question.strip():
-            raise InvalidInputError("question", "must be a non-empty string",
-                                    "pass the question text")
+        check_question(question, "question")
         return self.answer_batch([question], retriever, k, direct_answers=[direct_answer],
                                  rag_answers=[rag_answer], include_prompts=include_prompts)[0]
 
@@ -185,9 +183,7 @@ class TrustMargin:
             raise InvalidInputError("questions", "is a single string",
                                     "pass a list of questions, or call answer(question, ...)")
         for i, q in enumerate(questions):
-            if not isinstance(q, str) or not q.strip():
-                raise InvalidInputError(f"questions[{i}]", "must be a non-empty string",
-                                        "pass the question text")
+            check_question(q, f"questions[{i}]")
         given = {"direct_answer": direct_answers, "rag_answer": rag_answers}
         for key, values in given.items():
             if values is not None and len(values) != len(questions):
@@ -272,11 +268,23 @@ class TrustMargin:
             return budget
         texts = view_texts(valid.question, "")
         count, render = self.backend.count_tokens, self.backend.render_prompt
+        # A given candidate is scored after every prompt, so it needs the room that
+        # generation would otherwise take (cleaning can only shorten it).
+        answer = self.config.max_new_tokens
+        for key in ("direct_answer", "rag_answer"):
+            given = getattr(valid, key)
+            size = count(given) if given else 0
+            if size > window // 2:
+                raise InvalidInputError(
+                    f"{where}.{key}" if where else key,
+                    f"is {size} tokens, too long to score in the model's {window}-token window",
+                    "pass the short answer (a phrase), not a document")
+            answer = max(answer, size)
         question_only = count(render(texts.question_only))
         # The passage lines add a few separator tokens the empty context does not show.
-        fixed = count(render(texts.question_context)) + self.config.max_new_tokens + 8
+        fixed = count(render(texts.question_context)) + answer + 8
         field = f"{where}.question" if where else "question"
-        if question_only + self.config.max_new_tokens > window or window - fixed < 16:
+        if question_only + answer > window or window - fixed < 16:
             raise InvalidInputError(
                 field, f"is too long: its prompts take {max(question_only, fixed)} of the "
                 f"model's {window}-token window before any passage",

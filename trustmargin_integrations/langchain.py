@@ -292,6 +292,17 @@ def _core_input(value: Any, where: str | None) -> tuple[dict[str, Any], dict[str
         record = TrustMarginInput.model_validate(value)
     except ValidationError as exc:
         raise _schema_error(exc, where) from None
+    except (TypeError, ValueError) as exc:
+        # Document's own __init__ raises TypeError for a dict without page_content, outside
+        # pydantic's error reporting.
+        docs = value.get("documents") if isinstance(value, Mapping) else None
+        bad = next((i for i, d in enumerate(docs or []) if isinstance(d, Mapping)
+                    and not isinstance(d.get("page_content"), str)), None)
+        key = "documents" if bad is None else f"documents[{bad}]"
+        name = f"{where}.{key}" if where else key
+        raise InvalidInputError(name, f"is not a Document ({exc})",
+                                "pass Document objects or {'page_content': str, 'metadata': "
+                                "dict} records") from None
     if record.documents is not None:
         passages: Any = [document_to_passage(d) for d in record.documents]
         key = "documents"

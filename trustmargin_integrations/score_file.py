@@ -76,6 +76,9 @@ def check_paths(input_path: Path, output: Path) -> None:
     if resolved in (input_path.resolve(), cache_path(input_path).resolve()):
         raise InvalidInputError("--output", "is the input file",
                                 "write the decisions to another file")
+    if input_path.resolve() == cache_path(output).resolve():
+        raise InvalidInputError("--input", f"is the store of {output} (results of an earlier "
+                                "run)", "pass the candidates file, not OUTPUT.cache")
 
 
 def read_records(path: Path, settings: Mapping[str, Any]) -> list[ScoreRecord]:
@@ -193,9 +196,22 @@ def run_score(
     return ScoreReport(len(records), reused, len(todo), output, store.path)
 
 
+def _temp_prefix(output: Path) -> str:
+    return output.name + ".writing-"
+
+
+def _remove_stale_temps(output: Path) -> None:
+    """Remove temporary outputs a killed run left behind (never read: the store has all)."""
+    if output.parent.is_dir():
+        for stale in output.parent.glob(_temp_prefix(output) + "*.tmp"):
+            stale.unlink(missing_ok=True)
+
+
 def _write_output(output: Path, records: list[ScoreRecord], store: ResultStore) -> None:
     output.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=output.parent, prefix=output.name + ".", suffix=".tmp")
+    _remove_stale_temps(output)
+    fd, tmp_name = tempfile.mkstemp(dir=output.parent, prefix=_temp_prefix(output),
+                                    suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             for rec in records:

@@ -83,7 +83,8 @@ class ResultStore:
     def _load(self) -> None:
         if not self.path.exists():
             return
-        with self.path.open("r", encoding="utf-8") as handle:
+        # Bytes, not text: a write torn inside a multi-byte character must cost that line only.
+        with self.path.open("rb") as handle:
             for line in handle:
                 record = self._parse(line)
                 if record is None:
@@ -93,12 +94,12 @@ class ResultStore:
                 self._values[record["key"]] = record["value"]
 
     @staticmethod
-    def _parse(line: str) -> dict[str, Any] | None:
-        if not line.endswith("\n"):
+    def _parse(line: bytes) -> dict[str, Any] | None:
+        if not line.endswith(b"\n"):
             return None  # torn final line of an interrupted write
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
+            record = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
             return None
         if not isinstance(record, dict) or not isinstance(record.get("value"), dict):
             return None

@@ -99,6 +99,8 @@ def validate_input(
     if (ident is not None and not isinstance(ident, (str, int))) or isinstance(ident, bool):
         raise InvalidInputError(name("id"), f"must be a string or an integer, got "
                                 f"{type(ident).__name__}", "pass a short identifier, or none")
+    if isinstance(ident, str):
+        _encodable(ident, name("id"))
     return ValidInput(question=question, passages=passages, refs=refs,
                       direct_answer=answers["direct_answer"], rag_answer=answers["rag_answer"],
                       id=None if ident is None else str(ident),
@@ -126,11 +128,33 @@ def _metadata(value: Any, field_name: str) -> dict[str, Any]:
         raise InvalidInputError(field_name, "must be a mapping with string keys",
                                 "pass a dict of JSON values, e.g. {'gold': 'Paris'}")
     try:
-        return json.loads(json.dumps(dict(value), allow_nan=False))
+        text = json.dumps(dict(value), allow_nan=False, ensure_ascii=False)
+        _encodable(text, field_name)
+        return json.loads(text)
     except (TypeError, ValueError) as exc:
         raise InvalidInputError(field_name, f"holds a value JSON cannot carry ({exc})",
                                 "keep metadata to strings, numbers, booleans, lists and "
                                 "dicts") from exc
+
+
+def _encodable(value: str, field_name: str) -> None:
+    """Refuse text that cannot be written as UTF-8 (a lone surrogate such as ``\\ud800``)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(field_name, f"is not valid Unicode text ({exc.reason} at "
+                                f"character {exc.start})",
+                                "pass text that encodes as UTF-8 (no lone surrogates such as "
+                                "\\ud800)") from None
+
+
+def check_question(value: Any, field_name: str = "question") -> str:
+    """One question on its own (the pipeline's entry points): stripped, visible text."""
+    text = _text(value, field_name, [], "pass the user's question as text")
+    if text is None or not _visible(text):
+        raise InvalidInputError(field_name, "is missing, empty or has no visible character",
+                                "pass a non-empty question")
+    return text
 
 
 def _visible(text: str) -> bool:
@@ -145,13 +169,7 @@ def _text(value: Any, field_name: str, warnings: list[str], fix: str) -> str | N
         return None
     if not isinstance(value, str):
         raise InvalidInputError(field_name, f"must be a string, got {type(value).__name__}", fix)
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidInputError(field_name, f"is not valid Unicode text ({exc.reason} at "
-                                f"character {exc.start})",
-                                "pass text that encodes as UTF-8 (no lone surrogates such as "
-                                "\\ud800)") from exc
+    _encodable(value, field_name)
     value, removed = strip_controls(value)
     if removed:
         warnings.append(f"{field_name}: removed {removed} control character(s)")

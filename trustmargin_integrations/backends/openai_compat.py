@@ -49,7 +49,7 @@ from trustmargin_integrations.backends.base import (
 )
 from trustmargin_integrations.backends.tokens import LocalTokenizerMixin
 from trustmargin_integrations.errors import BackendError, InvalidInputError, ModelLoadError
-from trustmargin_integrations.urls import protect_logs, redact_url, split_credentials
+from trustmargin_integrations.urls import protect_logs, redact_url, scrub, split_credentials
 
 logger = logging.getLogger(__name__)
 
@@ -255,7 +255,8 @@ class OpenAICompatBackend(LocalTokenizerMixin):
                     if not isinstance(data, dict):
                         raise BackendError(f"{where} answered with JSON that is not an object")
                     return data
-                detail = response.text[:300].replace("\n", " ")
+                # Servers may quote the request, credentials included: scrub before showing.
+                detail = scrub(response.text[:300].replace("\n", " "))
                 if any(hint in detail.lower() for hint in _NO_LOGPROBS_HINTS):
                     raise BackendError(
                         f"{where} cannot return prompt log-probabilities (HTTP {status}: "

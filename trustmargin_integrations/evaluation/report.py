@@ -7,6 +7,7 @@ curves and latency. ``summary.json`` next to the report holds the same numbers.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -55,6 +56,11 @@ def inside(folder: Path, name: str) -> Path:
     write outside the run directory.
     """
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "unnamed"
+    if safe != name:
+        # Two names that clean to the same text ("a/b", "a_b") keep separate files.
+        stem, dot, ext = safe.rpartition(".")
+        tag = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        safe = f"{stem}-{tag}.{ext}" if dot else f"{safe}-{tag}"
     return folder / safe
 
 
