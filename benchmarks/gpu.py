@@ -41,6 +41,14 @@ Usage::
 Data: ``--data DIR`` (default ``$TRUSTMARGIN_DATA``, else ``../shared/data/raw`` next to the
 repository) holding ``trustmargin/2wikimultihopqa_dev.json`` and
 ``hipporag/2wikimultihopqa_corpus.json``.
+
+On a GPU machine with no network and no project install (torch and transformers present):
+carry a git-ignored folder with the tokenizer (``--save-tokenizer``, 3.5 MB) and the two data
+files (3.3 MB), plus wheels of pydantic, pydantic-core (for that machine's Python),
+annotated-types, typing-inspection, bm25s and PyStemmer; install them with ``pip install
+--no-index --no-deps --target /tmp/site WHEELS`` and ``PYTHONPATH=/tmp/site``, then run the
+1B command above with ``--tokenizer DIR --data DIR`` (and the same with ``--shape 8b``, as a
+separate call: each shape takes several minutes).
 """
 
 from __future__ import annotations

@@ -368,14 +368,18 @@ class HFBackend(LocalTokenizerMixin):
         return HFSession(self)
 
     def _plan_and_score(
-        self, requests: Sequence[ContinuationRequest], caches: list[CachedPrompts]
+        self,
+        requests: Sequence[ContinuationRequest],
+        caches: list[CachedPrompts],
+        known: dict[str, list[int]] | None = None,
     ) -> list[ContinuationScore]:
         """Score every request as a stem off the cached prompt it shares most tokens with.
 
         Prompts that no cache covers are prefilled (in length-bucketed batches) first; a
         prompt whose tail after the best shared prefix is short (a context-only view next to
         its question+context view, a question-only view next to any chat prompt) is fed as a
-        stem instead. Each cache is consumed by its one scoring pass.
+        stem instead. Each cache is consumed by its one scoring pass. ``known`` maps prompts
+        generation already tokenized to their ids (a 2k-token prompt is not tokenized twice).
         """
         results: list[ContinuationScore | None] = [None] * len(requests)
         by_prompt: dict[str, list[tuple[int, tuple[int, ...]]]] = {}
@@ -386,7 +390,9 @@ class HFBackend(LocalTokenizerMixin):
                 continue
             by_prompt.setdefault(req.prompt, []).append((n, answer))
         if by_prompt:
-            encoded = {prompt: self.encode_prompt(prompt) for prompt in by_prompt}
+            known = known or {}
+            encoded = {prompt: known[prompt] if prompt in known else self.encode_prompt(prompt)
+                       for prompt in by_prompt}
             uncovered = [p for p, ids in encoded.items() if _best_branch(ids, caches) is None]
             for bucket in _length_buckets(_prefill_choice(uncovered, encoded)):
                 ids = [encoded[p] for p in bucket]
@@ -481,12 +487,14 @@ class HFSession:
     def __init__(self, backend: HFBackend) -> None:
         self.backend = backend
         self._caches: list[CachedPrompts] = []
+        self._encoded: dict[str, list[int]] = {}
 
     def __enter__(self) -> HFSession:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._caches.clear()
+        self._encoded.clear()
 
     def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
         """Greedy continuations; the prompts' cache stays for :meth:`score`."""
@@ -496,6 +504,7 @@ class HFSession:
             batch = backend._prefill(encoded, max_new_tokens)
         if backend.fast:
             self._caches.append(CachedPrompts(batch, encoded))
+            self._encoded.update(zip(prompts, encoded, strict=True))
         return [backend._decode(ids) for ids in batch.generated]
 
     def score(self, requests: Sequence[ContinuationRequest]) -> list[ContinuationScore]:
@@ -504,4 +513,4 @@ class HFSession:
         with backend._lock:
             if not backend.fast:
                 return backend._score_plain(requests)
-            return backend._plan_and_score(requests, self._caches)
+            return backend._plan_and_score(requests, self._caches, self._encoded)
