@@ -215,7 +215,7 @@ class TrustMargin:
 
     def arbitrate_batch(
         self,
-        inputs: Iterable[ArbitrationInput | Mapping[str, Any]],
+        inputs: Iterable[ArbitrationInput | Mapping[str, Any] | PreparedQuestion],
         *,
         include_prompts: bool | None = None,
         progress: bool = False,
@@ -223,9 +223,12 @@ class TrustMargin:
         """Arbitrate many questions, batched by prompt length; results keep input order.
 
         Every input is validated before the model runs; an error names its place
-        (``inputs[3].question``).
+        (``inputs[3].question``). An input already returned by :meth:`prepare` (an adapter
+        that validated it under its own field names) is used as it is, not prepared again.
         """
-        prepared = [self.prepare(item, where=f"inputs[{i}]") for i, item in enumerate(inputs)]
+        prepared = [item if isinstance(item, PreparedQuestion)
+                    else self.prepare(item, where=f"inputs[{i}]")
+                    for i, item in enumerate(inputs)]
         return self._arbitrate_prepared(prepared, include_prompts, progress=progress)
 
     # -- stages -----------------------------------------------------------------------------

@@ -55,7 +55,7 @@ from pydantic import (
     field_validator,
 )
 
-from trustmargin_integrations.arbiter import TrustMargin
+from trustmargin_integrations.arbiter import PreparedQuestion, TrustMargin
 from trustmargin_integrations.backends.base import Backend
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
@@ -417,22 +417,22 @@ class TrustMarginRouter(RunnableSerializable[TrustMarginInput, Decision]):
     def _decide(self, values: list[Any], configs: list[RunnableConfig], *, fail_fast: bool,
                 batched: bool) -> list[Decision | Exception]:
         out: list[Decision | Exception | None] = [None] * len(values)
-        groups: dict[tuple[float, float], tuple[TrustMargin, list[tuple[int, dict[str, Any]]]]]
+        groups: dict[tuple[float, float], tuple[TrustMargin, list[tuple[int, PreparedQuestion]]]]
         groups = {}
         for i, (value, config) in enumerate(zip(values, configs, strict=True)):
             where = f"inputs[{i}]" if batched else None
             try:
                 tm = self.arbiter(config)
                 item, names = _core_input(value, where)
-                # The core validates here with the user's names and the input's own batch
-                # position; arbitrate_batch re-checks (no model call), then runs the model.
-                tm.prepare(item, where=where, names=names)
+                # The core validates (and prepares) here, with the user's names and the
+                # input's own batch position; arbitrate_batch takes the prepared question.
+                prepared = tm.prepare(item, where=where, names=names)
             except InvalidInputError as exc:
                 if fail_fast:
                     raise
                 out[i] = exc
                 continue
-            groups.setdefault(_settings(tm), (tm, []))[1].append((i, item))
+            groups.setdefault(_settings(tm), (tm, []))[1].append((i, prepared))
         for tm, ready in groups.values():
             decisions = tm.arbitrate_batch([item for _, item in ready],
                                            include_prompts=self.include_prompts)

@@ -55,7 +55,7 @@ from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 from pydantic import ConfigDict, Field
 
-from trustmargin_integrations.arbiter import TrustMargin
+from trustmargin_integrations.arbiter import PreparedQuestion, TrustMargin
 from trustmargin_integrations.backends.base import Backend
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.prompts import QUESTION_ONLY_TEMPLATE
@@ -212,8 +212,9 @@ class TrustMarginArbiter:
         direct: Any,
         rag: Any,
         source_nodes: Sequence[NodeWithScore] | None,
-    ) -> tuple[dict[str, Any], Response]:
-        """The core input (validated by the core) and the RAG response it came from."""
+    ) -> tuple[PreparedQuestion, Response]:
+        """The core's prepared question (validated under LlamaIndex's argument names) and the
+        RAG response it came from."""
         if isinstance(rag, Response):
             rag_response = rag
         elif rag is None or isinstance(rag, str):
@@ -240,13 +241,13 @@ class TrustMarginArbiter:
         item = {"question": query.query_str if isinstance(query, QueryBundle) else query,
                 "passages": [node_to_passage(n) for n in rag_response.source_nodes],
                 "direct_answer": direct, "rag_answer": rag_response.response}
-        # Validation only, so that core errors name the LlamaIndex arguments.
-        self.tm.prepare(item, names={"question": "query", "passages": nodes_field,
-                                     "direct_answer": "direct", "rag_answer": "rag"})
-        return item, rag_response
+        # Prepared once, so that core errors name the LlamaIndex arguments.
+        prepared = self.tm.prepare(item, names={"question": "query", "passages": nodes_field,
+                                                "direct_answer": "direct", "rag_answer": "rag"})
+        return prepared, rag_response
 
-    def _decide(self, item: dict[str, Any]) -> Decision:
-        return self.tm.arbitrate(**item, include_prompts=self.include_prompts)
+    def _decide(self, prepared: PreparedQuestion) -> Decision:
+        return self.tm.arbitrate_batch([prepared], include_prompts=self.include_prompts)[0]
 
     @staticmethod
     def _result(decision: Decision, rag: Response) -> Response:

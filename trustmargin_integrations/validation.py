@@ -85,11 +85,7 @@ def validate_input(
         raise InvalidInputError(name(unknown[0]), "is not a known field",
                                 f"use only {list(FIELDS)}")
     warnings: list[str] = []
-    question = _text(raw.get("question"), name("question"), warnings,
-                     "pass the user's question as text")
-    if question is None or not _visible(question):
-        raise InvalidInputError(name("question"), "is missing, empty or has no visible "
-                                "character", "pass a non-empty question")
+    question = check_question(raw.get("question"), name("question"), warnings)
     passages, refs = _passages(raw.get("passages"), name, warnings)
     answers = {}
     for key in ("direct_answer", "rag_answer"):
@@ -129,12 +125,12 @@ def _metadata(value: Any, field_name: str) -> dict[str, Any]:
                                 "pass a dict of JSON values, e.g. {'gold': 'Paris'}")
     try:
         text = json.dumps(dict(value), allow_nan=False, ensure_ascii=False)
-        _encodable(text, field_name)
-        return json.loads(text)
     except (TypeError, ValueError) as exc:
         raise InvalidInputError(field_name, f"holds a value JSON cannot carry ({exc})",
                                 "keep metadata to strings, numbers, booleans, lists and "
                                 "dicts") from exc
+    _encodable(text, field_name)
+    return json.loads(text)
 
 
 def _encodable(value: str, field_name: str) -> None:
@@ -148,9 +144,11 @@ def _encodable(value: str, field_name: str) -> None:
                                 "\\ud800)") from None
 
 
-def check_question(value: Any, field_name: str = "question") -> str:
-    """One question on its own (the pipeline's entry points): stripped, visible text."""
-    text = _text(value, field_name, [], "pass the user's question as text")
+def check_question(value: Any, field_name: str = "question",
+                   warnings: list[str] | None = None) -> str:
+    """A question: stripped, visible text (``warnings`` gets what was removed)."""
+    text = _text(value, field_name, [] if warnings is None else warnings,
+                 "pass the user's question as text")
     if text is None or not _visible(text):
         raise InvalidInputError(field_name, "is missing, empty or has no visible character",
                                 "pass a non-empty question")
