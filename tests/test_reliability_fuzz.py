@@ -30,10 +30,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -41,6 +39,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from langchain_core.documents import Document
+
+# Shared instrumentation beside the tests (tests/reliability_support.py).
+from reliability_support import WindowGuard, time_limit
 
 from trustmargin_integrations import TrustMargin, TrustMarginConfig
 from trustmargin_integrations.arbiter import PreparedQuestion
@@ -65,73 +66,14 @@ def budget(examples: int, *, model: bool = False) -> settings:
                                            HealthCheck.filter_too_much])
 
 
-class Hang(BaseException):
-    """An example that did not finish in time (BaseException: no ``except Exception`` in the
-    code under test can swallow it)."""
-
-
-@contextmanager
-def watchdog(seconds: float = HANG_S) -> Iterator[None]:
-    def fire(signum: int, frame: Any) -> None:
-        raise Hang(f"no result and no error within {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def outcome(call: Callable[[], T]) -> T | TrustMarginError:
     """The call's result or the project error it raised; any other exception propagates."""
-    with watchdog():
+    with time_limit(HANG_S):
         try:
             return call()
         except TrustMarginError as exc:
             assert str(exc), "a project error must say something"
             return exc
-
-
-class OverWindowError(AssertionError):
-    """The arbiter sent the model a request longer than the model's window."""
-
-
-class WindowGuard:
-    """The real backend; its sessions refuse (as a test failure) any request that cannot fit
-    the model's window, before the model computes it."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def _check(self, what: str, tokens: int) -> None:
-        window = self.inner.context_window
-        if tokens > window:
-            raise OverWindowError(f"the arbiter asked the model to {what} {tokens} tokens in "
-                                  f"a {window}-token window")
-
-    @contextmanager
-    def session(self) -> Iterator[Any]:
-        count = self.inner.count_tokens
-        guard = self
-
-        with self.inner.session() as inner:
-            class Guarded:
-                def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
-                    for prompt in prompts:
-                        guard._check("generate after", count(prompt) + max_new_tokens)
-                    return inner.generate(prompts, max_new_tokens)
-
-                def score(self, requests: Sequence[Any]) -> Any:
-                    for req in requests:
-                        guard._check("score", count(req.prompt) + count(req.continuation))
-                    return inner.score(requests)
-
-            yield Guarded()
 
 
 def assert_valid(decision: Any) -> None:

@@ -58,7 +58,6 @@ import json
 import logging
 import math
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -71,6 +70,9 @@ from typing import Any, ClassVar
 
 import pytest
 from pydantic import ValidationError
+
+# Shared instrumentation beside the tests (tests/reliability_support.py).
+from reliability_support import WindowGuard, time_limit
 from typer.testing import CliRunner
 
 from trustmargin_integrations import (
@@ -132,59 +134,6 @@ class Loader:
 def _decisions(path: Path) -> list[dict[str, Any]]:
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     return [{k: v for k, v in row.items() if k != "timings"} for row in rows]
-
-
-class Hang(BaseException):
-    """A call that ran past its time limit (BaseException: nothing can swallow it)."""
-
-
-@contextmanager
-def time_limit(seconds: float) -> Iterator[None]:
-    def fire(signum: int, frame: Any) -> None:
-        raise Hang(f"still running after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-class WindowGuard:
-    """The real backend; its sessions refuse (as a test failure) any request longer than the
-    model's window before the model computes it (instrumentation: every call still goes to
-    the real model). Without it an over-window request costs minutes and gigabytes on CPU."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    @contextmanager
-    def session(self) -> Iterator[Any]:
-        count, window = self.inner.count_tokens, self.inner.context_window
-
-        def check(what: str, tokens: int) -> None:
-            if tokens > window:
-                pytest.fail(f"the arbiter asked the model to {what} {tokens} tokens in its "
-                            f"{window}-token window")
-
-        with self.inner.session() as inner:
-            class Guarded:
-                def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
-                    for prompt in prompts:
-                        check("generate after", count(prompt) + max_new_tokens)
-                    return inner.generate(prompts, max_new_tokens)
-
-                def score(self, requests: Sequence[Any]) -> Any:
-                    for req in requests:
-                        check("score", count(req.prompt) + count(req.continuation))
-                    return inner.score(requests)
-
-            yield Guarded()
 
 
 # -- 1 ---------------------------------------------------------------------------------------
