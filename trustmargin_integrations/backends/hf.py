@@ -393,14 +393,17 @@ class HFBackend(LocalTokenizerMixin):
             known = known or {}
             encoded = {prompt: known[prompt] if prompt in known else self.encode_prompt(prompt)
                        for prompt in by_prompt}
-            uncovered = [p for p, ids in encoded.items() if _best_branch(ids, caches) is None]
+            branches = {p: _best_branch(ids, caches) for p, ids in encoded.items()}
+            uncovered = [p for p, branch in branches.items() if branch is None]
             for bucket in _length_buckets(_prefill_choice(uncovered, encoded)):
                 ids = [encoded[p] for p in bucket]
                 caches.append(CachedPrompts(self._prefill(ids, 0), ids))
+            for p in uncovered:
+                branches[p] = _best_branch(encoded[p], caches, limit=None)
             plan: dict[int, dict[int, list[tuple[Stem, list[int]]]]] = {}
             for prompt, targets in by_prompt.items():
                 ids = encoded[prompt]
-                branch = _best_branch(ids, caches, limit=None)
+                branch = branches[prompt]
                 assert branch is not None  # every prompt is covered after the prefills
                 c, row, visible = branch
                 stem = Stem(visible, tuple(ids[visible:]), tuple(t for _, t in targets))
@@ -432,21 +435,23 @@ class CachedPrompts:
 _MAX_STEM_TAIL = 128
 
 
+def _visible(ids: list[int], cached: list[int]) -> int:
+    """Cached tokens a stem of ``ids`` can see: the shared prefix, leaving at least one token
+    to feed (its logits predict the answer's first token)."""
+    return min(common_prefix_length(ids, cached), len(ids) - 1)
+
+
 def _best_branch(
     ids: list[int], caches: list[CachedPrompts], limit: int | None = _MAX_STEM_TAIL
 ) -> tuple[int, int, int] | None:
-    """(cache, row, visible tokens) of the cached prompt sharing most of ``ids``'s prefix.
-
-    At least one token is always fed (its logits predict the answer's first token), so at
-    most ``len(ids) - 1`` cached tokens are visible. None when no unconsumed cache leaves a
-    tail of at most ``limit`` tokens.
-    """
+    """(cache, row, visible tokens) of the cached prompt sharing most of ``ids``'s prefix;
+    None when no unconsumed cache leaves a tail of at most ``limit`` tokens."""
     best: tuple[int, int, int] | None = None
     for c, cached in enumerate(caches):
         if cached.consumed:
             continue
         for row, prompt in enumerate(cached.prompts):
-            visible = min(common_prefix_length(ids, prompt), len(ids) - 1)
+            visible = _visible(ids, prompt)
             if best is None or visible > best[2]:
                 best = (c, row, visible)
     if best is None or (limit is not None and len(ids) - best[2] > limit):
@@ -459,8 +464,8 @@ def _prefill_choice(prompts: list[str], encoded: dict[str, list[int]]) -> list[s
     chosen: list[str] = []
     for prompt in sorted(prompts, key=lambda p: -len(encoded[p])):
         ids = encoded[prompt]
-        shared = max((common_prefix_length(ids, encoded[c]) for c in chosen), default=0)
-        if not chosen or len(ids) - min(shared, len(ids) - 1) > _MAX_STEM_TAIL:
+        visible = max((_visible(ids, encoded[c]) for c in chosen), default=0)
+        if not chosen or len(ids) - visible > _MAX_STEM_TAIL:
             chosen.append(prompt)
     return chosen
 
