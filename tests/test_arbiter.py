@@ -200,3 +200,16 @@ def test_missing_model_path_is_a_clear_error() -> None:
         HFBackend.load("./no/such/model-dir")
     with pytest.raises(ModelLoadError, match="does not exist"):
         HFBackend.load("/tmp/definitely-missing.gguf")
+
+
+def test_window_errors_use_the_callers_field_names(tm: TrustMargin) -> None:
+    """Errors raised while fitting the model's window name fields like every other
+    validation error: the batch place and the adapter's own key names."""
+    item = {"question": "q?", "passages": ["p"], "rag_answer": "word " * 5000}
+    with pytest.raises(InvalidInputError) as err:
+        tm.prepare(item, where="inputs[2]", names={"rag_answer": "rag"})
+    assert err.value.field == "inputs[2].rag"
+    with pytest.raises(InvalidInputError) as err:
+        tm.prepare({"question": "why " * 9000, "passages": ["p"]},
+                   names={"question": "query"})
+    assert err.value.field == "query"

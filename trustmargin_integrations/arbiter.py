@@ -243,7 +243,7 @@ class TrustMargin:
         :func:`~.validation.validate_input`).
         """
         valid = validate_input(item, where=where, names=names)
-        budget = self._context_budget(valid, where)
+        budget = self._context_budget(valid)
         context = build_context(valid.passages, self.backend.count_tokens, budget,
                                 self.backend.truncate_tokens,
                                 getattr(self.backend, "count_tokens_batch", None))
@@ -262,7 +262,7 @@ class TrustMargin:
         views = ViewPrompts(**{v: render(getattr(texts, v)) for v in _VIEWS})
         return PreparedQuestion(valid, context, views)
 
-    def _context_budget(self, valid: ValidInput, where: str | None) -> int:
+    def _context_budget(self, valid: ValidInput) -> int:
         """``max_context_tokens``, capped so the longest prompt plus generation fits the
         model's window; a question that cannot fit at all is a typed error."""
         budget = self.config.max_context_tokens
@@ -279,18 +279,18 @@ class TrustMargin:
             size = count(given) if given else 0
             if size > window // 2:
                 raise InvalidInputError(
-                    f"{where}.{key}" if where else key,
+                    valid.name(key),
                     f"is {size} tokens, too long to score in the model's {window}-token window",
                     "pass the short answer (a phrase), not a document")
             answer = max(answer, size)
         question_only = count(render(texts.question_only))
         # The passage lines add a few separator tokens the empty context does not show.
         fixed = count(render(texts.question_context)) + answer + 8
-        field = f"{where}.question" if where else "question"
         if question_only + answer > window or window - fixed < 16:
             raise InvalidInputError(
-                field, f"is too long: its prompts take {max(question_only, fixed)} of the "
-                f"model's {window}-token window before any passage",
+                valid.name("question"),
+                f"is too long: its prompts take {max(question_only, fixed)} of the model's "
+                f"{window}-token window before any passage",
                 "shorten the question (or use a model with a longer window)")
         if window - fixed < budget:
             valid.warnings.append(f"passages: context budget capped at {window - fixed} "

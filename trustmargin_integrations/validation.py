@@ -41,6 +41,8 @@ class ValidInput:
     id: str | None
     metadata: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    name: _Namer = field(default_factory=lambda: _Namer(None, None), repr=False)
+    """How errors about this input name its fields (batch place, the caller's key names)."""
 
 
 class _Namer:
@@ -101,7 +103,7 @@ def validate_input(
                       direct_answer=answers["direct_answer"], rag_answer=answers["rag_answer"],
                       id=None if ident is None else str(ident),
                       metadata=_metadata(raw.get("metadata"), name("metadata")),
-                      warnings=warnings)
+                      warnings=warnings, name=name)
 
 
 def _passage_record(value: Mapping[str, Any], where: str) -> Passage:
