@@ -54,24 +54,47 @@ TauOpt = Annotated[float | None, typer.Option(
     "--tau", help="Decision threshold: RAG iff M > tau (default: the paper's -1.5).")]
 LambdaOpt = Annotated[float | None, typer.Option(
     "--lambda-bind", help="Weight of the binding margin (default: the paper's 0.5).")]
+CalibrationOpt = Annotated[str | None, typer.Option(
+    "--calibration", help="A file from `trustmargin calibrate`, or 'shipped' for the one "
+    "shipped with a named model: its lambda-bind and tau replace the paper's.")]
 EsUrlOpt = Annotated[str | None, typer.Option(
     "--elasticsearch", help="Elasticsearch URL (credentials: TRUSTMARGIN_ES_* variables).")]
 EsIndexOpt = Annotated[str, typer.Option("--es-index", help="Elasticsearch index name.")]
 
 
 def _load(model: str, device: str | None, dtype: str | None, *, remote_url: str | None = None,
-          remote_model: str | None = None, concurrency: int = 8, **config: Any) -> Any:
+          remote_model: str | None = None, concurrency: int = 8,
+          calibration: str | None = None, **config: Any) -> Any:
     from trustmargin_integrations.arbiter import TrustMargin
 
     settings = _config(**config)
+    fitted = _calibration(calibration, model, config)
     if remote_url:
         from trustmargin_integrations.backends.openai_compat import OpenAICompatBackend
 
         backend = OpenAICompatBackend(remote_url, remote_model or model, tokenizer=model,
                                       max_concurrency=concurrency)
+        if fitted is not None:
+            return TrustMargin.calibrated(backend, fitted, settings)
         return TrustMargin(backend, settings)
     with console.status(f"loading {model} ..."):
-        return TrustMargin.from_pretrained(model, device=device, dtype=dtype, config=settings)
+        return TrustMargin.from_pretrained(model, device=device, dtype=dtype, config=settings,
+                                           calibration=fitted)
+
+
+def _calibration(value: str | None, model: str, config: dict[str, Any]) -> Any:
+    """The calibration a --calibration option names (None without one), before any model
+    loads; giving --tau or --lambda-bind as well is ambiguous, so it is an error."""
+    if value is None:
+        return None
+    from trustmargin_integrations.evaluation.calibration import Calibration
+
+    for key in ("tau", "lambda_bind"):
+        if key in config:
+            option = "--" + key.replace("_", "-")
+            raise InvalidInputError(option, "cannot be combined with --calibration (the "
+                                    "calibration sets it)", f"drop {option} or --calibration")
+    return Calibration.coerce(value, model=model)
 
 
 def _config(**values: Any) -> TrustMarginConfig:
@@ -107,11 +130,12 @@ def demo(
     output: Annotated[Path | None, typer.Option(help="Also write the decisions (JSONL).")] = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
+    calibration: CalibrationOpt = None,
 ) -> None:
     """The main job, offline: index a small corpus, retrieve, answer both ways, arbitrate."""
     from trustmargin_integrations.demo import run_demo, summarize
 
-    tm = _load(model, device, dtype, top_k=top_k)
+    tm = _load(model, device, dtype, top_k=top_k, calibration=calibration)
     rows = run_demo(tm, limit=limit, top_k=top_k)
     table = Table(title=f"TrustMargin demo ({tm.backend.model_id}, top-{top_k} BM25)")
     for col in ("question", "Direct", "RAG", "chosen", "M_prior", "M_bind", "M", "gold", "ok"):
@@ -181,11 +205,13 @@ def ask(
     concurrency: ConcurrencyOpt = 8,
     tau: TauOpt = None,
     lambda_bind: LambdaOpt = None,
+    calibration: CalibrationOpt = None,
 ) -> None:
     """One question end to end: retrieve, both candidates, the margins, the decision."""
     retriever = _retriever(corpus, index, elasticsearch, es_index)
     tm = _load(model, device, dtype, remote_url=remote_url, remote_model=remote_model,
-               concurrency=concurrency, top_k=top_k, **_rule(tau, lambda_bind))
+               concurrency=concurrency, top_k=top_k, calibration=calibration,
+               **_rule(tau, lambda_bind))
     d = tm.answer(question, retriever, top_k, direct_answer=direct_answer, rag_answer=rag_answer,
                   include_prompts=include_prompts)
     if as_json:
@@ -235,6 +261,7 @@ def score(
     concurrency: ConcurrencyOpt = 8,
     tau: TauOpt = None,
     lambda_bind: LambdaOpt = None,
+    calibration: CalibrationOpt = None,
 ) -> None:
     """Arbitrate given candidates (another system's outputs) without generating anything.
 
@@ -247,6 +274,10 @@ def score(
 
     rule = _rule(tau, lambda_bind)
     settings = _config(batch_size=batch_size, include_prompts=include_prompts, **rule)
+    fitted = _calibration(calibration, model, rule)
+    if fitted is not None:
+        # The cache key holds the rule in force, so a calibrated run never reuses another's.
+        settings = fitted.apply(settings)
     keyed = key_settings(remote_model or model if remote_url else model, settings,
                          dtype=dtype, device=device,
                          remote=redact_url(remote_url) if remote_url else None)
@@ -260,7 +291,7 @@ def score(
         input, output, keyed,
         lambda: _load(model, device, dtype, remote_url=remote_url, remote_model=remote_model,
                       concurrency=concurrency, batch_size=batch_size,
-                      include_prompts=include_prompts, **rule),
+                      include_prompts=include_prompts, calibration=calibration, **rule),
         batch_size=batch_size, on_reuse=told,
     )
     console.print(f"{report.records} decisions in {escape(str(report.output))} "

@@ -21,6 +21,12 @@ held-out predictions of the calibrated rule, the default rule, Direct and RAG ar
 with paired bootstrap intervals. :func:`calibrate_run` then fits on all questions and returns
 a :class:`Calibration`, the JSON file ``TrustMargin.from_pretrained(..., calibration=path)``
 loads.
+
+With ``holdout`` > 0 a seeded, dataset-stratified share of the questions is set aside first:
+the fit (and its cross-validation) sees only the rest, the file lists the ids it was fitted
+on, and the held-out questions measure the fitted rule against the defaults, Direct and RAG.
+That is how the calibrations shipped for named models (``calibration="shipped"``) were made,
+so that an evaluation can be reported on questions the fit never saw.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 from typing import Literal
 
@@ -53,6 +60,8 @@ LAMBDAS: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(21))
 TAUS: tuple[float, ...] = tuple(round(-5.0 + 0.05 * i, 2) for i in range(161))
 """tau grid: -5, -4.95, ..., 3."""
 CV_METHODS = ("calibrated", "default", "direct", "rag")
+SHIPPED = "shipped"
+"""``calibration="shipped"``: the file this package ships for a named model."""
 _TIE = 9  # objective values equal to 9 decimals (on 0..1) are ties
 _NUMBER_LIST = re.compile(r"\[\s*(-?[\d.eE+-]+(?:,\s*-?[\d.eE+-]+)*)\s*\]")
 
@@ -85,21 +94,29 @@ class FoldResult(BaseModel):
     n_test: int
 
 
-class CrossValidationResult(BaseModel):
-    """k-fold estimate of the calibrated rule against the default rule and single sources."""
+class ComparisonResult(BaseModel):
+    """The calibrated rule against the default rule and the single sources, on questions
+    the fit did not see, with paired bootstrap intervals."""
 
     model_config = ConfigDict(extra="forbid")
 
-    folds: int
     seed: int
     objective: Objective
     resamples: int
     n: int
+    sizes: dict[str, int] = Field(default_factory=dict,
+                                  description="Dataset name -> questions compared.")
     methods: dict[str, IntervalResult] = Field(
         description="calibrated (held-out), default (0.5, -1.5), direct, rag: x100.")
     differences: dict[str, DifferenceResult]
-    fold_fits: list[FoldResult]
     small_sample: bool
+
+
+class CrossValidationResult(ComparisonResult):
+    """k-fold estimate of the calibrated rule against the default rule and single sources."""
+
+    folds: int
+    fold_fits: list[FoldResult]
 
 
 class RetrievalSetup(BaseModel):
@@ -119,6 +136,11 @@ class FittedOn(BaseModel):
     run_dir: str
     datasets: dict[str, int] = Field(description="Dataset name -> number of questions.")
     n: int
+    question_ids: list[str] = Field(
+        default_factory=list,
+        description="Ids of the questions fitted on (set when part of the run was held out).")
+    holdout: float = Field(0.0, description="Share of the run's questions set aside.")
+    split_seed: int | None = None
 
 
 class Calibration(BaseModel):
@@ -143,6 +165,8 @@ class Calibration(BaseModel):
     grid: dict[str, list[float]] = Field(description="The lambdas and taus searched.")
     fitted_on: FittedOn
     cv: CrossValidationResult | None = None
+    held_out: ComparisonResult | None = Field(
+        None, description="The fitted rule on the run's questions outside the fit.")
     created_at: str
     package_version: str
 
@@ -164,9 +188,15 @@ class Calibration(BaseModel):
                                     ) from None
 
     @classmethod
-    def coerce(cls, value: str | Path | Calibration) -> Calibration:
-        """A Calibration, or the one stored at a path."""
-        return value if isinstance(value, Calibration) else cls.load(value)
+    def coerce(cls, value: str | Path | Calibration, *, model: str | None = None
+               ) -> Calibration:
+        """A Calibration, the one stored at a path, or (``"shipped"``) the one this package
+        ships for the named ``model``."""
+        if isinstance(value, Calibration):
+            return value
+        if str(value) == SHIPPED:
+            return cls.load(shipped_path(model))
+        return cls.load(value)
 
     def save(self, path: str | Path) -> Path:
         """Write the calibration as indented JSON; return the path."""
@@ -200,6 +230,27 @@ class Calibration(BaseModel):
         base = config or TrustMarginConfig()
         updated = base.model_copy(update={"lambda_bind": self.lambda_bind, "tau": self.tau})
         return TrustMarginConfig.model_validate(updated.model_dump())
+
+
+def shipped_models() -> list[str]:
+    """Named models with a calibration file in this package."""
+    folder = files("trustmargin_integrations").joinpath("calibrations")
+    if not folder.is_dir():
+        return []
+    return sorted(p.name.removesuffix(".json") for p in folder.iterdir()
+                  if p.name.endswith(".json"))
+
+
+def shipped_path(model: str | None) -> Path:
+    """The calibration file shipped for ``model`` (a named model such as qwen2.5-1.5b)."""
+    available = shipped_models()
+    if model not in available:
+        raise InvalidInputError(
+            "calibration", f"no calibration is shipped for model {model!r} (shipped: "
+            f"{', '.join(available) or 'none'})",
+            "use one of those models, or fit your own: `trustmargin eval --model ...` then "
+            "`trustmargin calibrate RUN_DIR`")
+    return Path(str(files("trustmargin_integrations").joinpath(f"calibrations/{model}.json")))
 
 
 # -- fitting ------------------------------------------------------------------------------------
@@ -317,6 +368,29 @@ def assign_folds(datasets: Sequence[str], folds: int, seed: int) -> list[int]:
     return out
 
 
+def split_holdout(datasets: Sequence[str], holdout: float, seed: int) -> list[bool]:
+    """Which questions the fit may use (True) and which are held out (False).
+
+    Each dataset is shuffled (seeded) on its own and ``round(holdout * n)`` of its questions
+    are held out, so both parts keep the run's mix of datasets.
+    """
+    if not 0 <= holdout < 1:
+        raise InvalidInputError("--holdout", f"must be in [0, 1), got {holdout}",
+                                "use 0.5 to fit on half and report on the other half")
+    rng = np.random.default_rng(seed)
+    keep = [True] * len(datasets)
+    for name in dict.fromkeys(datasets):
+        members = [q for q, d in enumerate(datasets) if d == name]
+        held = round(holdout * len(members))
+        if holdout and (held == 0 or held == len(members)):
+            raise InvalidInputError("--holdout", f"leaves dataset {name!r} ({len(members)} "
+                                    "questions) with nothing to fit or nothing to test",
+                                    "evaluate more questions or change --holdout")
+        for q in rng.permutation(members)[:held]:
+            keep[int(q)] = False
+    return keep
+
+
 @dataclass(frozen=True)
 class FoldFit:
     """One fold's fit and the questions it was trained and scored on."""
@@ -339,18 +413,23 @@ class CrossValidation:
 
     def result(self, objective: Objective) -> CrossValidationResult:
         """The JSON-ready summary stored in the calibration file."""
-        b = self.bootstrap
         return CrossValidationResult(
-            folds=self.folds, seed=self.seed, objective=objective, resamples=b.resamples, n=b.n,
-            methods={m: IntervalResult(mean=v.mean, low=v.low, high=v.high)
-                     for m, v in b.methods.items()},
-            differences={k: DifferenceResult(mean=v.mean, low=v.low, high=v.high, versus=v.b,
-                                             p_positive=v.p_positive)
-                         for k, v in b.differences.items()},
+            **comparison_result(self.bootstrap, objective).model_dump(), folds=self.folds,
             fold_fits=[FoldResult(lambda_bind=f.fit.lambda_bind, tau=f.fit.tau,
                                   n_train=len(f.train), n_test=len(f.test))
-                       for f in self.fold_fits],
-            small_sample=b.small_sample)
+                       for f in self.fold_fits])
+
+
+def comparison_result(b: Bootstrap, objective: Objective) -> ComparisonResult:
+    """The JSON-ready form of a bootstrap of the calibration comparisons."""
+    return ComparisonResult(
+        seed=b.seed, objective=objective, resamples=b.resamples, n=b.n, sizes=dict(b.sizes),
+        methods={m: IntervalResult(mean=v.mean, low=v.low, high=v.high)
+                 for m, v in b.methods.items()},
+        differences={k: DifferenceResult(mean=v.mean, low=v.low, high=v.high, versus=v.b,
+                                         p_positive=v.p_positive)
+                     for k, v in b.differences.items()},
+        small_sample=b.small_sample)
 
 
 CV_COMPARISONS = [("calibrated", "default"), ("calibrated", BEST_SINGLE),
@@ -358,29 +437,57 @@ CV_COMPARISONS = [("calibrated", "default"), ("calibrated", BEST_SINGLE),
 
 
 def cross_validate(problem: Problem, folds: int = 5, seed: int = 0,
-                   resamples: int = DEFAULT_RESAMPLES) -> CrossValidation:
-    """k-fold cross-validation of the calibration (see the module docstring)."""
-    names = [problem.dataset_names[d] for d in problem.dataset]
-    assignment = assign_folds(names, folds, seed)
+                   resamples: int = DEFAULT_RESAMPLES,
+                   index: Sequence[int] | None = None) -> CrossValidation:
+    """k-fold cross-validation of the calibration (see the module docstring).
+
+    ``index``: the questions to cross-validate on (default: all); the others are never
+    fitted on nor scored (``held_out`` keeps their slots at 0).
+    """
+    pool = list(range(len(problem))) if index is None else [int(q) for q in index]
+    names = [problem.dataset_names[problem.dataset[q]] for q in pool]
+    assignment = dict(zip(pool, assign_folds(names, folds, seed), strict=True))
     held: dict[str, list[float]] = {m: [0.0] * len(problem) for m in CV_METHODS}
     fold_fits = []
     for k in range(folds):
-        test = [q for q, f in enumerate(assignment) if f == k]
-        train = [q for q, f in enumerate(assignment) if f != k]
+        test = [q for q in pool if assignment[q] == k]
+        train = [q for q in pool if assignment[q] != k]
         fit = problem.fit(train)
         fold_fits.append(FoldFit(k, tuple(train), tuple(test), fit))
-        columns = {"calibrated": problem.chosen_scores(test, fit.lambda_bind, fit.tau),
-                   "default": problem.chosen_scores(test, DEFAULT_LAMBDA, DEFAULT_TAU),
-                   "direct": [float(problem.direct[q]) for q in test],
-                   "rag": [float(problem.rag_score[q]) for q in test]}
-        for method, values in columns.items():
+        for method, values in compared_scores(problem, test, fit).items():
             for q, value in zip(test, values, strict=True):
                 held[method][q] = value
-    groups = {name: {m: [held[m][q] for q in range(len(problem)) if names[q] == name]
-                     for m in CV_METHODS} for name in problem.dataset_names
-              if name in names}
-    boot = grouped_bootstrap(groups, CV_COMPARISONS, resamples=resamples, seed=seed)
+    boot = compare_on(problem, pool, {m: held[m] for m in CV_METHODS}, resamples, seed)
     return CrossValidation(folds, seed, fold_fits, held, boot)
+
+
+def compared_scores(problem: Problem, index: Sequence[int], fit: Fit) -> dict[str, list[float]]:
+    """Per-question scores (0..1) on ``index`` of the fitted rule, the defaults and both
+    single sources."""
+    return {"calibrated": problem.chosen_scores(index, fit.lambda_bind, fit.tau),
+            "default": problem.chosen_scores(index, DEFAULT_LAMBDA, DEFAULT_TAU),
+            "direct": [float(problem.direct[q]) for q in index],
+            "rag": [float(problem.rag_score[q]) for q in index]}
+
+
+def compare_on(problem: Problem, index: Sequence[int], scores: Mapping[str, Sequence[float]],
+               resamples: int, seed: int) -> Bootstrap:
+    """Grouped (by dataset) paired bootstrap of ``scores`` (full-length, question order) on
+    the questions ``index``."""
+    names = {q: problem.dataset_names[problem.dataset[q]] for q in index}
+    groups = {name: {m: [scores[m][q] for q in index if names[q] == name] for m in scores}
+              for name in problem.dataset_names if name in names.values()}
+    return grouped_bootstrap(groups, CV_COMPARISONS, resamples=resamples, seed=seed)
+
+
+def held_out_comparison(problem: Problem, index: Sequence[int], fit: Fit, resamples: int,
+                        seed: int) -> Bootstrap:
+    """The fitted rule against the defaults and the single sources on questions ``index``."""
+    full: dict[str, list[float]] = {m: [0.0] * len(problem) for m in CV_METHODS}
+    for method, values in compared_scores(problem, index, fit).items():
+        for q, value in zip(index, values, strict=True):
+            full[method][q] = value
+    return compare_on(problem, index, full, resamples, seed)
 
 
 def calibrate_run(
@@ -392,6 +499,8 @@ def calibrate_run(
     resamples: int = DEFAULT_RESAMPLES,
     lambdas: Sequence[float] = LAMBDAS,
     taus: Sequence[float] = TAUS,
+    holdout: float = 0.0,
+    split_seed: int = 0,
 ) -> tuple[Calibration, CrossValidation | None]:
     """Fit lambda_bind and tau on a run directory's cache (cross-validated when folds >= 2).
 
@@ -401,6 +510,10 @@ def calibrate_run(
         folds: cross-validation folds (0 skips cross-validation).
         seed: seed of the fold shuffle and of the bootstrap.
         resamples: bootstrap resamples of the held-out comparison.
+        holdout: share of each dataset's questions set aside before anything is fitted
+            (cross-validation included); the file records the fitted ids and the fitted
+            rule's scores on the held-out questions.
+        split_seed: seed of the hold-out split.
     """
     from trustmargin_integrations import __version__
     from trustmargin_integrations.evaluation.diagnostics import score_records
@@ -409,9 +522,18 @@ def calibrate_run(
     runs = load_run(run_dir)
     scored = {r.name: score_records(r.records) for r in runs}
     problem = Problem(scored, objective, lambdas, taus)
-    cv = cross_validate(problem, folds, seed, resamples) if folds else None
-    final = problem.fit()
+    names = [problem.dataset_names[d] for d in problem.dataset]
+    keep = split_holdout(names, holdout, split_seed)
+    fit_on = [q for q in range(len(problem)) if keep[q]]
+    held = [q for q in range(len(problem)) if not keep[q]]
+    cv = cross_validate(problem, folds, seed, resamples, fit_on) if folds else None
+    final = problem.fit(fit_on)
     decisions = [rec.decision for r in runs for rec in r.records]
+    ids = [str(s.decision.id) for s in problem.scored]
+    if holdout and len(set(ids)) != len(ids):
+        raise InvalidInputError("run_dir", "holds questions without unique ids, so the "
+                                "held-out questions cannot be named",
+                                "evaluate with `trustmargin eval` (it sets dataset:test_id ids)")
     info = [r.info for r in runs]
     modes = sorted({str(i["retrieval"]) for i in info if i.get("retrieval")})
     top_ks = {int(i["top_k"]) for i in info if i.get("top_k") is not None}
@@ -424,9 +546,14 @@ def calibrate_run(
         lambda_bind=final.lambda_bind, tau=final.tau, objective=objective,
         score=final.score, default_score=final.default_score,
         grid={"lambdas": problem.lambdas, "taus": problem.taus},
-        fitted_on=FittedOn(run_dir=Path(run_dir).resolve().name,
-                           datasets={r.name: len(r.records) for r in runs}, n=len(problem)),
+        fitted_on=FittedOn(
+            run_dir=Path(run_dir).resolve().name,
+            datasets={n: sum(names[q] == n for q in fit_on) for n in dict.fromkeys(names)},
+            n=len(fit_on), question_ids=[ids[q] for q in fit_on] if held else [],
+            holdout=holdout, split_seed=split_seed if held else None),
         cv=cv.result(objective) if cv else None,
+        held_out=comparison_result(held_out_comparison(problem, held, final, resamples, seed),
+                                   objective) if held else None,
         created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         package_version=__version__,
     )
@@ -448,31 +575,46 @@ def _maybe_only(values: set[str]) -> str | None:
 def describe(calibration: Calibration, cv: CrossValidation | None) -> list[str]:
     """Plain-text lines summarizing a calibration (what ``trustmargin calibrate`` prints)."""
     metric = calibration.objective.upper()
+    fitted = calibration.fitted_on
     lines = [f"model {calibration.model_id} ({calibration.dtype or 'dtype ?'}), prompts "
              f"{calibration.prompt_version}, retrieval {calibration.retrieval.mode} "
              f"top-{calibration.retrieval.top_k}",
-             "questions: " + ", ".join(f"{k} {v}" for k, v in
-                                        calibration.fitted_on.datasets.items())]
+             "fitted on: " + ", ".join(f"{k} {v}" for k, v in fitted.datasets.items())]
     if cv is not None:
-        b = cv.bootstrap
-        lines += ["", f"{cv.folds}-fold cross-validation (stratified by dataset, seed {cv.seed})"
-                      f": held-out mean {metric} x100", ""]
-        width = max(len(m) for m in b.methods)
-        for m, v in b.methods.items():
-            lines.append(f"  {m:<{width}}  {v.mean:6.2f}  {v.ci()}")
-        lines.append("")
-        for key, d in b.differences.items():
-            label = key.replace(BEST_SINGLE, f"best single source ({d.b})")
-            lines.append(f"  {label:<44} {d.mean:+6.2f}  {d.ci()}  P(> 0) = {d.p_positive:.2f}")
+        lines += ["", f"{cv.folds}-fold cross-validation on those questions (stratified by "
+                      f"dataset, seed {cv.seed}): held-out mean {metric} x100", ""]
+        lines += _comparison_lines(cv.result(calibration.objective))
         fits = ", ".join(f"({f.fit.lambda_bind:g}, {f.fit.tau:g})" for f in cv.fold_fits)
-        lines += ["", f"  per-fold fits (lambda, tau): {fits}", "  " + b.note()]
-    lines += ["", f"final fit on all {calibration.fitted_on.n} questions: lambda_bind = "
+        lines += ["", f"  per-fold fits (lambda, tau): {fits}", "  " + cv.bootstrap.note()]
+    scope = "all" if not fitted.holdout else "the"
+    lines += ["", f"final fit on {scope} {fitted.n} questions: lambda_bind = "
                   f"{calibration.lambda_bind:g}, tau = {calibration.tau:g} ({metric} "
                   f"{calibration.score:.2f} in-sample; defaults 0.5 / -1.5: "
                   f"{calibration.default_score:.2f})"]
-    if cv is None:
+    if cv is None and calibration.held_out is None:
         lines.append("  in-sample numbers are optimistic; --folds 5 estimates the held-out gain")
     if calibration.lambda_bind == DEFAULT_LAMBDA and calibration.tau == DEFAULT_TAU:
         lines.append("  the defaults are already optimal on these questions")
+    if calibration.held_out is not None:
+        held = calibration.held_out
+        lines += ["", f"held out before fitting ({100 * fitted.holdout:g}% of each dataset, "
+                      f"split seed {fitted.split_seed}): the final fit on "
+                      + ", ".join(f"{k} {v}" for k, v in held.sizes.items())
+                      + f" questions it never saw, mean {metric} x100", ""]
+        lines += _comparison_lines(held)
+        if held.small_sample:
+            lines.append("  small sample: the intervals are wide and only approximate")
     return lines
 
+
+def _comparison_lines(result: ComparisonResult) -> list[str]:
+    """Each method's mean and interval, then each difference with its interval."""
+    width = max(len(m) for m in result.methods)
+    lines = [f"  {m:<{width}}  {v.mean:6.2f}  [{v.low:.2f}, {v.high:.2f}]"
+             for m, v in result.methods.items()]
+    lines.append("")
+    for key, d in result.differences.items():
+        label = key.replace(BEST_SINGLE, f"best single source ({d.versus})")
+        lines.append(f"  {label:<44} {d.mean:+6.2f}  [{d.low:+.2f}, {d.high:+.2f}]  "
+                     f"P(> 0) = {d.p_positive:.2f}")
+    return lines

@@ -195,12 +195,15 @@ def report_command(
     out: Annotated[Path | None, typer.Option(help="Report file (default RUN_DIR/report.md).")
                    ] = None,
     title: Annotated[str | None, typer.Option(help="Report heading.")] = None,
+    calibration: Annotated[str | None, typer.Option(
+        help="Also report this calibration file (or 'shipped') on the run's questions "
+             "outside its fit.")] = None,
 ) -> None:
     """Write the Markdown report (tables, diagnostics, PNG plots) of a run directory."""
     from trustmargin_integrations.evaluation.report import build_report
 
     try:
-        typer.echo(f"report: {build_report(run_dir, out, title=title)}")
+        typer.echo(f"report: {build_report(run_dir, out, title=title, calibration=calibration)}")
     except InvalidInputError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
@@ -215,6 +218,10 @@ def calibrate_command(
         help="Cross-validation folds, stratified by dataset (0 = skip the estimate).")] = 5,
     seed: Annotated[int, typer.Option(help="Seed of the fold shuffle and the bootstrap.")] = 0,
     resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 10_000,
+    holdout: Annotated[float, typer.Option(
+        help="Share of each dataset set aside before fitting and used only to report the "
+             "fitted rule on unseen questions (0 = fit on all).")] = 0.0,
+    split_seed: Annotated[int, typer.Option(help="Seed of the --holdout split.")] = 0,
 ) -> None:
     """Fit lambda_bind and tau on a run's cached decisions (no model), cross-validated.
 
@@ -230,7 +237,8 @@ def calibrate_command(
             raise InvalidInputError("--folds", f"must be 0 or >= 2, got {folds}",
                                     "use 5 (the default), or 0 to skip cross-validation")
         calibration, cv = calibrate_run(run_dir, objective=objective,  # type: ignore[arg-type]
-                                        folds=folds, seed=seed, resamples=resamples)
+                                        folds=folds, seed=seed, resamples=resamples,
+                                        holdout=holdout, split_seed=split_seed)
     except InvalidInputError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc

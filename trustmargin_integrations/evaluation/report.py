@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trustmargin_integrations.evaluation import plots
 from trustmargin_integrations.evaluation.bootstrap import (
@@ -44,7 +44,12 @@ from trustmargin_integrations.evaluation.diagnostics import (
     per_question_scores,
     score_records,
 )
+from trustmargin_integrations.evaluation.report_sections import calibrated_rule, question_types
+from trustmargin_integrations.evaluation.report_sections import markdown_table as _table
 from trustmargin_integrations.evaluation.rundir import DatasetRun, load_run
+
+if TYPE_CHECKING:
+    from trustmargin_integrations.evaluation.calibration import Calibration
 
 _DATASET_LABELS = {"cwq": "CWQ", "2wiki": "2Wiki"}
 
@@ -70,12 +75,6 @@ def _label(name: str) -> str:
 
 def _f(value: float | None, digits: int = 2) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return lines
 
 
 MAIN_METHODS = ("direct", "rag", "trustmargin", "oracle")
@@ -113,15 +112,24 @@ def _decision_stats(run: DatasetRun) -> dict[str, int]:
 
 
 def build_report(run_dir: str | Path, out: str | Path | None = None,
-                 *, title: str | None = None) -> Path:
+                 *, title: str | None = None,
+                 calibration: str | Path | Calibration | None = None) -> Path:
     """Write ``report.md``, ``summary.json`` and the PNG figures; return the report's path.
 
     Args:
         run_dir: a directory written by ``trustmargin eval``.
         out: the report file (default ``RUN_DIR/report.md``); figures go next to it.
         title: the report's heading.
+        calibration: a calibration file (or ``"shipped"``) whose rule is also reported, on
+            the run's questions outside its fit.
     """
     runs = load_run(run_dir)
+    fitted = None
+    if calibration is not None:
+        from trustmargin_integrations.evaluation.calibration import Calibration
+
+        models = {rec.decision.model_id for r in runs for rec in r.records}
+        fitted = Calibration.coerce(calibration, model=next(iter(models), None))
     report = Path(out) if out else Path(run_dir) / "report.md"
     folder = report.parent
     folder.mkdir(parents=True, exist_ok=True)
@@ -195,6 +203,8 @@ def build_report(run_dir: str | Path, out: str | Path | None = None,
               "means the sample cannot tell the two methods apart."]
     summary["intervals"] = {key: {m: b.as_dict() for m, b in v.items()}
                             for key, v in boots.items()}
+    type_lines, summary["question_types"] = question_types(runs, scored, _label)
+    lines += type_lines
 
     # -- ablation -----------------------------------------------------------------------------
     lines += ["", "## Margin ablation", ""]
@@ -268,6 +278,8 @@ def build_report(run_dir: str | Path, out: str | Path | None = None,
               "best cell on the evaluation questions themselves is optimistic; the default is "
               "the honest number (ties: the cell nearest the default is shown)."]
     summary["grid"] = {"lambdas": list(GRID_LAMBDAS), "taus": list(GRID_TAUS), "avg_f1": grid}
+    calibrated_lines, summary["calibrated"] = calibrated_rule(scored, _label, fitted)
+    lines += calibrated_lines
 
     # -- noise --------------------------------------------------------------------------------
     noisy = {n: noise_summary(r.noise) for n, r in zip(names, runs, strict=True) if r.noise}

@@ -1,0 +1,201 @@
+"""Hold-out calibration, shipped calibrations and the report's calibrated / per-type sections.
+
+The run directories here are synthetic: Decisions with margins drawn from a known rule
+(lambda 1.2, tau -0.7; see test_calibration.py) written through the real result store and
+manifest, so that ``calibrate_run`` and ``build_report`` read them exactly as they read a real
+``trustmargin eval`` run. A real run of the embedded model is in test_calibration.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer import Typer
+from typer.testing import CliRunner
+
+from trustmargin_integrations.arbiter import TrustMargin
+from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.evaluation import calibration as cal
+from trustmargin_integrations.evaluation.calibration import (
+    Calibration,
+    Problem,
+    calibrate_run,
+    shipped_models,
+    shipped_path,
+    split_holdout,
+)
+from trustmargin_integrations.evaluation.cli import register
+from trustmargin_integrations.evaluation.datasets import EvalExample
+from trustmargin_integrations.evaluation.diagnostics import score_decision
+from trustmargin_integrations.evaluation.report import build_report
+from trustmargin_integrations.evaluation.rundir import open_store, record_dataset
+from trustmargin_integrations.evaluation.runner import EvalRecord
+from trustmargin_integrations.prompts import PROMPT_VERSION
+from trustmargin_integrations.schema import Decision
+
+TRUE_LAMBDA, TRUE_TAU = 1.2, -0.7
+
+
+def _decision(ident: str, m_prior: float, m_bind: float) -> Decision:
+    m = m_prior + 0.5 * m_bind
+    return Decision.model_validate(dict(
+        id=ident, question=f"question {ident}", answer="Paris", source="direct",
+        reason="margin_above_tau" if m > -1.5 else "margin_at_or_below_tau",
+        direct_answer="Paris", rag_answer="Lyon", direct_generated=True, rag_generated=True,
+        m_prior=m_prior, m_bind=m_bind, m=m, lambda_bind=0.5, tau=-1.5, passages_given=3,
+        passages_used=3, context_tokens=100, context_truncated=False, model_id="synthetic",
+        prompt_version=PROMPT_VERSION))
+
+
+def _write_run(run_dir: Path, sizes: dict[str, int], seed: int = 0,
+               types: tuple[str, ...] = ()) -> dict[str, list[str]]:
+    """A run directory of synthetic decisions whose gold follows the true rule; returns the
+    question ids per dataset."""
+    rng = np.random.default_rng(seed)
+    store = open_store(run_dir)
+    ids: dict[str, list[str]] = {}
+    for name, n in sizes.items():
+        records = []
+        for i in range(n):
+            p, b = float(rng.uniform(-4, 4)), float(rng.uniform(-3, 3))
+            ident = f"{name}:{i}"
+            gold = "Lyon" if p + TRUE_LAMBDA * b > TRUE_TAU else "Paris"
+            decision = _decision(ident, p, b)
+            key = f"{name}-{i}"
+            store.put(key, {"decision": decision.model_dump(mode="json"), "retrieval_s": 0.0})
+            meta = {"type": types[i % len(types)]} if types else {}
+            example = EvalExample(dataset=name, id=str(i), question=decision.question,
+                                  answers=(gold,), meta=meta)
+            records.append(EvalRecord(example, key, (), decision, 0.0, computed=True))
+        record_dataset(run_dir, name, records, {"retrieval": "precomputed", "top_k": 3,
+                                                "dtype": "float32", "command": "pytest"})
+        ids[name] = [f"{name}:{i}" for i in range(n)]
+    return ids
+
+
+def test_holdout_split_is_stratified_seeded_and_disjoint() -> None:
+    names = ["a"] * 40 + ["b"] * 21
+    keep = split_holdout(names, 0.5, seed=3)
+    assert keep == split_holdout(names, 0.5, seed=3)
+    assert keep != split_holdout(names, 0.5, seed=4)
+    assert sum(not k for k, n in zip(keep, names, strict=True) if n == "a") == 20
+    assert sum(not k for k, n in zip(keep, names, strict=True) if n == "b") == round(10.5)
+    assert all(split_holdout(names, 0.0, seed=0))
+    with pytest.raises(InvalidInputError, match="--holdout"):
+        split_holdout(names, 1.0, seed=0)
+    with pytest.raises(InvalidInputError, match="nothing to"):
+        split_holdout(["a", "b", "b"], 0.5, seed=0)  # 'a' alone cannot be split
+
+
+def test_holdout_fit_never_sees_the_held_out_questions(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    ids = _write_run(tmp_path / "run", {"a": 60, "b": 40})
+    fitted_indices: list[set[int]] = []
+    original = Problem.fit
+
+    def spy(self: Problem, index: object = None) -> cal.Fit:
+        fitted_indices.append(set(range(len(self))) if index is None
+                              else {int(q) for q in index})  # type: ignore[attr-defined]
+        return original(self, index)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Problem, "fit", spy)
+    c, cv = calibrate_run(tmp_path / "run", folds=4, holdout=0.5, split_seed=7, resamples=200)
+    fit_ids = set(c.fitted_on.question_ids)
+    all_ids = {i for v in ids.values() for i in v}
+    order = ids["a"] + ids["b"]
+    held = {order.index(i) for i in all_ids - fit_ids}
+    assert len(fit_ids) == c.fitted_on.n == 50
+    assert c.fitted_on.datasets == {"a": 30, "b": 20}
+    # Every fit (4 folds and the final one) saw only questions of the fit part.
+    assert len(fitted_indices) == 5
+    assert all(not (seen & held) for seen in fitted_indices)
+    assert cv is not None and all(len(f.train) + len(f.test) == 50 for f in cv.fold_fits)
+    # The held-out comparison is on exactly the other 50 questions.
+    assert c.held_out is not None
+    assert c.held_out.n == 50 and c.held_out.sizes == {"a": 30, "b": 20}
+    assert c.fitted_on.holdout == 0.5 and c.fitted_on.split_seed == 7
+    # Direct's held-out score is the share of held-out questions whose gold is Direct's
+    # answer (the mean of the two datasets' shares), recomputed from the stored margins.
+    store = open_store(tmp_path / "run")
+    shares = []
+    for name in ("a", "b"):
+        golds = []
+        for key in store:
+            d = Decision.model_validate(store.get(key)["decision"])  # type: ignore[index]
+            if d.id.startswith(name + ":") and d.id not in fit_ids:  # type: ignore[union-attr]
+                golds.append(d.m_prior + TRUE_LAMBDA * d.m_bind <= TRUE_TAU)  # type: ignore[operator]
+        shares.append(np.mean(golds))
+    assert c.held_out.methods["direct"].mean == pytest.approx(100 * np.mean(shares))
+
+
+def test_holdout_comparison_is_the_fitted_rule_on_unseen_questions(tmp_path: Path) -> None:
+    _write_run(tmp_path / "run", {"a": 30})
+    c, _ = calibrate_run(tmp_path / "run", folds=0, holdout=0.4, split_seed=1, resamples=300)
+    path = c.save(tmp_path / "cal.json")
+    loaded = Calibration.load(path)
+    assert loaded == c
+    store = open_store(tmp_path / "run")
+    fitted = set(c.fitted_on.question_ids)
+    held_scores = []
+    for key in store:
+        d = Decision.model_validate(store.get(key)["decision"])  # type: ignore[index]
+        if d.id in fitted:
+            continue
+        gold = "Lyon" if d.m_prior + TRUE_LAMBDA * d.m_bind > TRUE_TAU else "Paris"  # type: ignore[operator]
+        s = score_decision(d, [gold])
+        held_scores.append(s.f1(d.replay(c.lambda_bind, c.tau)))
+    assert len(held_scores) == 12
+    assert c.held_out is not None
+    assert c.held_out.methods["calibrated"].mean == pytest.approx(100 * np.mean(held_scores))
+
+
+def test_shipped_calibrations_load_and_are_refused_for_another_model() -> None:
+    models = shipped_models()
+    assert models, "the package ships at least one calibration"
+    for name in models:
+        c = Calibration.coerce("shipped", model=name)
+        assert c.model_id == name and c.prompt_version == PROMPT_VERSION
+        # Shipped files are fitted on part of a run and say which questions they saw.
+        assert c.fitted_on.question_ids and c.held_out is not None
+        assert shipped_path(name).is_file()
+    with pytest.raises(InvalidInputError, match="no calibration is shipped") as err:
+        Calibration.coerce("shipped", model="some/other-model")
+    assert err.value.field == "calibration" and "trustmargin calibrate" in err.value.fix
+
+
+def test_shipped_calibration_is_checked_against_the_loaded_model(backend: object) -> None:
+    other = next(m for m in shipped_models() if m != "smollm2-135m")
+    with pytest.raises(InvalidInputError, match="was fitted for model"):
+        TrustMargin.calibrated(backend, Calibration.coerce("shipped", model=other))  # type: ignore[arg-type]
+
+
+def test_report_has_the_calibrated_rule_and_question_types(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _write_run(run, {"a": 50, "b": 30}, types=("comparison", "compositional"))
+    c, _ = calibrate_run(run, folds=0, holdout=0.5, split_seed=0, resamples=200)
+    cal_file = c.save(tmp_path / "cal.json")
+    app = Typer()
+    register(app)
+    result = CliRunner().invoke(app, ["report", str(run), "--calibration", str(cal_file)])
+    assert result.exit_code == 0, result.output
+    md = (run / "report.md").read_text(encoding="utf-8")
+    assert "## Calibrated rule (on questions the fit did not see)" in md
+    assert "5-fold cross-validation over this run" in md
+    assert "the 40 questions of this run outside its fit (40 ids listed" in md
+    assert "### Per question type" in md and "| a | comparison | 25 |" in md
+    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    cv = summary["calibrated"]["cross_validated"]
+    assert set(cv) == {"a", "b", "average"}
+    assert cv["a"]["f1"]["n"] == 50  # every question scored once, by a fit that did not see it
+    held = summary["calibrated"]["calibration_file"]
+    assert held["average"]["f1"]["n"] == 40
+    assert held["average"]["f1"]["methods"]["calibrated"]["mean"] == pytest.approx(
+        c.held_out.methods["calibrated"].mean)  # type: ignore[union-attr]
+    assert set(summary["question_types"]["a"]) == {"comparison", "compositional"}
+    # A calibration of another model is refused, naming the field.
+    other = c.model_copy(update={"model_id": "another"}).save(tmp_path / "other.json")
+    with pytest.raises(InvalidInputError, match="was fitted for model"):
+        build_report(run, calibration=other)
