@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from trustmargin_integrations.margins import SETTLED, compute_margins, decide, settle
+from trustmargin_integrations.margins import (
+    SETTLED,
+    compute_margins,
+    decide,
+    settle,
+    settle_among,
+)
 from trustmargin_integrations.schema import Decision, ViewLikelihoods
 
 
@@ -70,6 +76,34 @@ def test_settled_cases_need_no_likelihoods(flags: dict, expected: str | None) ->
     else:
         assert verdict is not None and verdict.reason == expected
         assert verdict.choice == SETTLED[expected]
+
+
+@pytest.mark.parametrize(
+    ("direct_blank", "blank", "agree", "expected", "candidate"),
+    [
+        (False, [True, True], [False, False], "rag_answer_blank", None),
+        (True, [True, True], [False, False], "both_answers_blank", None),
+        (True, [True, False, False], [False, False, False], "direct_answer_blank", 1),
+        (False, [True, False, False], [False, True, True], "answers_agree", 1),
+        (False, [False, False], [True, False], None, None),  # one disagrees: score it
+        (False, [True, False], [False, False], None, None),
+    ],
+)
+def test_settle_among_several_candidates(direct_blank: bool, blank: list[bool],
+                                         agree: list[bool], expected: str | None,
+                                         candidate: int | None) -> None:
+    verdict = settle_among(has_evidence=True, direct_blank=direct_blank, rag_blank=blank,
+                           agree_unscored=agree)
+    if expected is None:
+        assert verdict is None
+    else:
+        assert verdict is not None
+        assert (verdict.reason, verdict.choice, verdict.candidate) == (
+            expected, SETTLED[expected], candidate)  # type: ignore[index]
+    no_evidence = settle_among(has_evidence=False, direct_blank=direct_blank,
+                               rag_blank=blank, agree_unscored=agree)
+    assert no_evidence is not None and (no_evidence.reason, no_evidence.candidate) == (
+        "no_evidence", None)
 
 
 def _decision(**fields: object) -> Decision:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -88,15 +88,18 @@ class _Candidate:
 class _Plan:
     """What one question needs after settling: its verdict, or which candidates to score.
 
-    ``scored`` are the RAG candidates whose likelihoods are computed; ``agreeing`` are the
-    unscored ones equal to Direct, which enter the rule with the margins of identical
-    answers (0; see :mod:`.margins`).
+    ``scored`` are the RAG candidates whose likelihoods are computed; ``copies`` maps a
+    candidate whose text repeats an earlier one's to that one (same text, same prompts:
+    the same likelihoods, so it is scored once and the earlier one wins the tie);
+    ``agreeing`` are the unscored ones equal to Direct, which enter the rule with the
+    margins of identical answers (0; see :mod:`.margins`).
     """
 
     verdict: Verdict | None
     blank: list[bool]
-    scored: list[int]
-    agreeing: list[int]
+    scored: list[int] = field(default_factory=list)
+    copies: dict[int, int] = field(default_factory=dict)
+    agreeing: list[int] = field(default_factory=list)
 
 
 class TrustMargin:
@@ -457,9 +460,18 @@ class TrustMargin:
                                direct_blank=self._blank(direct), rag_blank=blank,
                                agree_unscored=agree)
         if verdict is not None:
-            return _Plan(verdict, blank, [], [])
-        scored = [j for j in range(len(rag)) if not blank[j] and not agree[j]]
-        return _Plan(None, blank, scored, [j for j in range(len(rag)) if agree[j]])
+            return _Plan(verdict, blank)
+        plan = _Plan(None, blank, agreeing=[j for j in range(len(rag)) if agree[j]])
+        first: dict[str, int] = {}
+        for j, answer in enumerate(rag):
+            if blank[j] or agree[j]:
+                continue
+            if answer in first:
+                plan.copies[j] = first[answer]
+            else:
+                first[answer] = j
+                plan.scored.append(j)
+        return plan
 
     @staticmethod
     def _score(
@@ -501,6 +513,8 @@ class TrustMargin:
             for j, scored in zip(plan.scored, scores[1:], strict=True):
                 likelihoods[j] = scored
                 margins[j] = compute_margins(direct_likelihoods, scored, cfg.lambda_bind)
+            for j, earlier in plan.copies.items():
+                likelihoods[j], margins[j] = likelihoods[earlier], margins[earlier]
             for j in plan.agreeing:
                 # Equal to Direct: the margins of identical answers, without scoring.
                 margins[j] = Margins(0.0, 0.0, 0.0)

@@ -22,6 +22,9 @@ from trustmargin_integrations.schema import ArbitrationInput, Passage, PassageRe
 _KEEP_CONTROL = {"\n", "\t"}
 FIELDS = tuple(ArbitrationInput.model_fields)
 
+NamedText = tuple[str | None, str]
+"""A RAG candidate after validation: its name (None when given as a bare text) and text."""
+
 
 def strip_controls(text: str) -> tuple[str, int]:
     """Remove control characters a tokenizer would mangle; return the text and the count."""
@@ -39,6 +42,8 @@ class ValidInput:
     direct_answer: str | None
     rag_answer: str | None
     id: str | None
+    rag_candidates: list[NamedText] | None = None
+    """Several RAG-side candidates as ``(name or None, text)``; None: the pairwise form."""
     metadata: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     name: _Namer = field(default_factory=lambda: _Namer(None, None), repr=False)
@@ -93,6 +98,12 @@ def validate_input(
     for key in ("direct_answer", "rag_answer"):
         answers[key] = _text(raw.get(key), name(key), warnings,
                              "pass the candidate's text, or None to generate it")
+    candidates = _rag_candidates(raw.get("rag_candidates"), name, warnings)
+    if candidates is not None and answers["rag_answer"] is not None:
+        # A merge would have to invent a name and a place for rag_answer; refusing is clearer.
+        raise InvalidInputError(name("rag_candidates"), "cannot be combined with rag_answer",
+                                "put the rag_answer text into rag_candidates (e.g. first), or "
+                                "pass only one of them")
     ident = raw.get("id")
     if (ident is not None and not isinstance(ident, (str, int))) or isinstance(ident, bool):
         raise InvalidInputError(name("id"), f"must be a string or an integer, got "
@@ -101,9 +112,74 @@ def validate_input(
         _encodable(ident, name("id"))
     return ValidInput(question=question, passages=passages, refs=refs,
                       direct_answer=answers["direct_answer"], rag_answer=answers["rag_answer"],
-                      id=None if ident is None else str(ident),
+                      id=None if ident is None else str(ident), rag_candidates=candidates,
                       metadata=_metadata(raw.get("metadata"), name("metadata")),
                       warnings=warnings, name=name)
+
+
+def _rag_candidates(value: Any, name: _Namer, warnings: list[str]) -> list[NamedText] | None:
+    """Several RAG candidates: texts, ``(name, text)`` pairs, or a name -> text mapping.
+
+    Errors name the candidate by its position (``rag_candidates[2]``) in every form, the
+    same name the arbiter's warnings and window checks use.
+    """
+    if value is None:
+        return None
+    field_name = name("rag_candidates")
+    if isinstance(value, Mapping):
+        items: list[Any] = list(value.items())
+        named = True
+    elif isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise InvalidInputError(field_name, f"must be a list of candidate answers, got a "
+                                f"{type(value).__name__}",
+                                "pass a list of texts or (name, text) pairs, or a mapping "
+                                "from name to text (wrap a single answer in a list)")
+    else:
+        items = list(value)
+        named = False
+    if not items:
+        raise InvalidInputError(field_name, "is empty",
+                                "pass at least one candidate, or leave rag_candidates out to "
+                                "let the model generate one RAG answer")
+    out: list[NamedText] = []
+    seen: dict[str, int] = {}
+    fix = "pass each candidate as a text or a (name, text) pair"
+    for i, item in enumerate(items):
+        where = name("rag_candidates", f"[{i}]")
+        if named:
+            label, text = item
+        elif isinstance(item, str):
+            label, text = None, item
+        elif isinstance(item, (tuple, list)) and len(item) == 2:
+            label, text = item
+        else:
+            raise InvalidInputError(where, f"must be a string or a (name, text) pair, got "
+                                    f"{_describe(item)}", fix)
+        if named or label is not None:  # a mapping's key is always a name
+            if not isinstance(label, str) or not _visible(label):
+                raise InvalidInputError(where, f"has a name that is not a non-empty string "
+                                        f"({label!r})", "name candidates like 'bm25' or "
+                                        "'ircot'")
+            _encodable(label, where)
+            label = strip_controls(label)[0].strip()
+            if label in seen:
+                raise InvalidInputError(where, f"repeats the name {label!r} of "
+                                        f"rag_candidates[{seen[label]}]",
+                                        "give each candidate its own name")
+            seen[label] = i
+        checked = _text(text, where, warnings, fix)
+        if checked is None:  # None means "generate" elsewhere; a listed candidate is given
+            raise InvalidInputError(where, "has no text (None)",
+                                    "pass the candidate's text (an empty string is a blank "
+                                    "candidate that cannot win), or drop it from the list")
+        out.append((label, checked))
+    return out
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)} item(s)"
+    return "None" if value is None else type(value).__name__
 
 
 def _passage_record(value: Mapping[str, Any], where: str) -> Passage:
