@@ -287,6 +287,11 @@ class Problem:
         self.scored = [s for items in scored_by_dataset.values() for s in items]
         if not self.scored:
             raise InvalidInputError("run_dir", "holds no question", "evaluate some questions")
+        if any(len(s.decision.rag_candidates) > 1 for s in self.scored):
+            # A candidate's score is fixed per question here; with several RAG candidates
+            # the kept one changes with lambda and tau, which this table cannot express.
+            raise InvalidInputError("run_dir", "holds multi-candidate decisions",
+                                    "calibrate on a pairwise run (trustmargin eval)")
         self.dataset_names = list(scored_by_dataset)
         self.dataset = np.array([k for k, items in enumerate(scored_by_dataset.values())
                                  for _ in items])

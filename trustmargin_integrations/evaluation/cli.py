@@ -9,7 +9,7 @@ import platform
 import shlex
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -22,6 +22,7 @@ from trustmargin_integrations.evaluation.datasets import (
     passage_pool,
 )
 from trustmargin_integrations.evaluation.runner import (
+    EvalRecord,
     PassageSource,
     PrecomputedPassages,
     RetrieverPassages,
@@ -29,6 +30,9 @@ from trustmargin_integrations.evaluation.runner import (
     run_eval,
     run_noise,
 )
+
+if TYPE_CHECKING:
+    from trustmargin_integrations.evaluation.pipeline_runner import PipelineRecord
 
 DATA_ENV = "TRUSTMARGIN_DATA"
 
@@ -115,12 +119,30 @@ def eval_command(
     device: Annotated[str | None, typer.Option(help="cpu / cuda (default: cuda if present)")
                       ] = None,
     report: Annotated[bool, typer.Option(help="Write RUN_DIR/report.md at the end.")] = True,
+    pipeline: Annotated[str, typer.Option(
+        help="Also run these RAG pipelines as candidates and arbitrate each against Direct, "
+             "e.g. bm25,ircot,flare,clehe,dtr (bm25 is the main run).")] = "",
+    pipeline_limit: Annotated[int | None, typer.Option(
+        help="Run the pipelines on the first N questions of each dataset (default: all).")
+    ] = None,
+    pipeline_corpus: Annotated[Path | None, typer.Option(
+        help="Corpus the pipelines search (default: every passage the dataset ships).")
+    ] = None,
 ) -> None:
     """Evaluate Direct, BM25-RAG, TrustMargin, its ablations and the oracle (resumable)."""
     try:
+        pipelines = []
+        if pipeline:
+            # The pipelines load torch-level code; only a run that uses them pays for it.
+            from trustmargin_integrations.evaluation.pipeline_runner import parse_pipelines
+
+            pipelines = parse_pipelines(pipeline)
+        if pipeline_limit is not None and pipeline_limit < 1:
+            raise InvalidInputError("--pipeline-limit", f"must be >= 1, got {pipeline_limit}",
+                                    "omit it to run the pipelines on every question")
         _evaluate(dataset, data_dir, model, limit, top_k, dtype, batch_size, run_dir, retrieval,
                   corpus, index, retriever, noise_limit, noise_levels, noise_seed, noise_corpus,
-                  device, report)
+                  device, report, (pipelines, pipeline_limit, pipeline_corpus))
     except InvalidInputError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
@@ -131,7 +153,7 @@ def _evaluate(
     dtype: str | None, batch_size: int, run_dir: Path | None, retrieval: str,
     corpus: Path | None, index: Path | None, retriever: str | None, noise_limit: int,
     noise_levels: str, noise_seed: int, noise_corpus: Path | None, device: str | None,
-    report: bool,
+    report: bool, pipeline_plan: tuple[list[str], int | None, Path | None] = ([], None, None),
 ) -> None:
     from trustmargin_integrations.arbiter import TrustMargin
     from trustmargin_integrations.config import TrustMarginConfig
@@ -181,13 +203,45 @@ def _evaluate(
                               seed=noise_seed, top_k=top_k, batch_size=batch_size)
             noise_info = {"seed": noise_seed, "levels": levels, "pool": pool_name,
                           "n": min(noise_limit, len(records))}
-        record_dataset(run_dir, name, records, info, noise, noise_info)
+        piped, piped_info = _run_pipelines(tm, records, all_examples, store, pipeline_plan,
+                                           top_k=top_k, batch_size=batch_size)
+        record_dataset(run_dir, name, records, info, noise, noise_info, piped, piped_info)
         typer.echo(f"{name}: {sum(r.computed for r in records)} computed, "
                    f"{sum(not r.computed for r in records)} from cache")
     if report:
         from trustmargin_integrations.evaluation.report import build_report
 
         typer.echo(f"report: {build_report(run_dir)}")
+
+
+def _run_pipelines(
+    tm: object, records: list[EvalRecord], all_examples: list[EvalExample], store: object,
+    plan: tuple[list[str], int | None, Path | None], *, top_k: int, batch_size: int,
+) -> tuple[dict[str, list[PipelineRecord]], dict[str, dict[str, object]]]:
+    """Run each planned pipeline on the first records; their results and manifest info."""
+    names, limit, corpus = plan
+    if not names:
+        return {}, {}
+    from trustmargin_integrations.evaluation.pipeline_runner import run_pipeline
+    from trustmargin_integrations.retrieval.bm25 import BM25Index
+
+    if corpus is not None:
+        index, source = BM25Index.from_corpus(corpus), f"bm25:{corpus.name}"
+    else:
+        pool = passage_pool(all_examples)
+        if not pool:
+            raise InvalidInputError("--pipeline-corpus", "is required: the dataset ships no "
+                                    "passages to search", "pass --pipeline-corpus FILE")
+        index, source = BM25Index.build(pool), "bm25 over the dataset's shipped passages"
+    chosen = records[:limit] if limit else records
+    out, info = {}, {}
+    for name in names:
+        typer.echo(f"pipeline {name}: {len(chosen)} questions, retrieving from {source}")
+        out[name] = run_pipeline(tm, chosen, store, name=name,  # type: ignore[arg-type]
+                                 retriever=index, top_k=top_k, batch_size=batch_size)
+        info[name] = {"params": out[name][0].decision.metadata["pipeline"]["params"]
+                      if out[name] else {}, "retriever": source, "n": len(chosen)}
+    return out, info
 
 
 def report_command(

@@ -44,7 +44,11 @@ from trustmargin_integrations.evaluation.diagnostics import (
     per_question_scores,
     score_records,
 )
-from trustmargin_integrations.evaluation.report_sections import calibrated_rule, question_types
+from trustmargin_integrations.evaluation.report_sections import (
+    calibrated_rule,
+    complementarity,
+    question_types,
+)
 from trustmargin_integrations.evaluation.report_sections import markdown_table as _table
 from trustmargin_integrations.evaluation.rundir import DatasetRun, load_run
 
@@ -280,6 +284,8 @@ def build_report(run_dir: str | Path, out: str | Path | None = None,
     summary["grid"] = {"lambdas": list(GRID_LAMBDAS), "taus": list(GRID_TAUS), "avg_f1": grid}
     calibrated_lines, summary["calibrated"] = calibrated_rule(scored, _label, fitted)
     lines += calibrated_lines
+    piped_lines, summary["complementarity"] = complementarity(runs, _label)
+    lines += piped_lines
 
     # -- noise --------------------------------------------------------------------------------
     noisy = {n: noise_summary(r.noise) for n, r in zip(names, runs, strict=True) if r.noise}

@@ -2,6 +2,8 @@
 
 * :func:`question_types`: the main methods per question type (2WikiMultihopQA's
   compositional / comparison files), with paired bootstrap intervals.
+* :func:`complementarity`: each extra pipeline of ``eval --pipeline`` alone and with
+  TrustMargin on top (the paper's complementarity table).
 * :func:`calibrated_rule`: the rule with a fitted (lambda_bind, tau), always measured on
   questions the fit did not see: 5-fold cross-validation over the run (every question scored
   by a fit on the other folds), and, given a calibration file, that file's lambda and tau on
@@ -30,9 +32,13 @@ from trustmargin_integrations.evaluation.diagnostics import (
     METHOD_LABELS,
     Scored,
     per_question_scores,
+    score_decision,
 )
+from trustmargin_integrations.evaluation.metrics import exact_match, token_f1
 from trustmargin_integrations.evaluation.rundir import DatasetRun
+from trustmargin_integrations.margins import decide_among, settle_among
 from trustmargin_integrations.prompts import PROMPT_VERSION
+from trustmargin_integrations.schema import Decision
 
 TYPE_METHODS = ("direct", "rag", "trustmargin", "oracle")
 CALIBRATED_METHODS = ("direct", "rag", "default", "calibrated", "oracle")
@@ -192,3 +198,169 @@ def calibrated_rule(scored: Mapping[str, Sequence[Scored]], label: Labeler,
 def _only_model(scored: Mapping[str, Sequence[Scored]]) -> str:
     models = sorted({s.decision.model_id for items in scored.values() for s in items})
     return models[0] if len(models) == 1 else ", ".join(models)
+
+
+def complementarity(runs: Sequence[DatasetRun], label: Labeler
+                    ) -> tuple[list[str], dict[str, Any]]:
+    """The paper's complementarity table: each pipeline alone and with TrustMargin on top.
+
+    Every row is on the questions the pipelines ran on (the main run's BM25-RAG row too, so
+    the rows are paired); deltas are paired bootstrap intervals of (pipeline + TrustMargin) -
+    pipeline alone, per dataset and on the Average (each dataset resampled within itself).
+    """
+    names = list(dict.fromkeys(p for r in runs for p in r.pipelines))
+    if not names:
+        return [], {}
+    rows, summary = [], {}
+    for pipe in ["bm25", *names]:
+        groups: dict[str, dict[str, tuple[list[float], list[float]]]] = {}
+        latency: list[tuple[float, float]] = []
+        for run in runs:
+            ids = _pipeline_ids(run)
+            if not ids:
+                continue
+            decisions = _candidate_decisions(run, pipe, ids)
+            if decisions is None:
+                continue
+            gold = {rec.example.id: rec.example.answers for rec in run.records}
+            alone: tuple[list[float], list[float]] = ([], [])
+            with_tm: tuple[list[float], list[float]] = ([], [])
+            for ident, (decision, seconds) in decisions.items():
+                s = score_decision(decision, gold[ident])
+                choice = decision.replay()
+                alone[0].append(s.f1_rag)
+                alone[1].append(s.em_rag)
+                with_tm[0].append(s.f1(choice))
+                with_tm[1].append(s.em(choice))
+                latency.append((seconds, decision.timings.scoring_s))
+            groups[run.name] = {"alone": alone, "trustmargin": with_tm}
+        if not groups:
+            continue
+        boots = _metric_boots(groups, [("trustmargin", "alone")])
+        f1, em = boots["f1"], boots["em"]
+        d_f1 = f1.differences["trustmargin - alone"]
+        d_em = em.differences["trustmargin - alone"]
+        per_q = sum(a for a, _ in latency) / len(latency)
+        scoring = sum(b for _, b in latency) / len(latency)
+        title = _PIPELINE_LABELS.get(pipe, pipe)
+        rows.append([title, str(f1.n), f"{f1.methods['alone'].mean:.2f} / "
+                     f"{em.methods['alone'].mean:.2f}",
+                     f"{f1.methods['trustmargin'].mean:.2f} / "
+                     f"{em.methods['trustmargin'].mean:.2f}",
+                     f"{d_f1.mean:+.2f} {d_f1.ci()}", f"{d_em.mean:+.2f} {d_em.ci()}",
+                     f"{per_q:.2f}", f"{scoring:.2f}"])
+        summary[pipe] = {"f1": f1.as_dict(), "em": em.as_dict(), "pipeline_s": per_q,
+                         "scoring_s": scoring}
+    multi_rows, summary["multi"] = _multi_candidate_rows(runs, ["bm25", *names])
+    rows += multi_rows
+    scope = ", ".join(f"{label(r.name)} {len(_pipeline_ids(r))}" for r in runs
+                      if _pipeline_ids(r))
+    lines = ["", "## Plug-and-play complementarity (TrustMargin on top of other pipelines)", "",
+             f"Questions: {scope} (the questions the pipelines ran on). F1 / EM x100, Average "
+             "over datasets; each pipeline's answer is the RAG-side candidate, arbitrated "
+             "against the same Direct answer over the same top-k passages as BM25-RAG.", "",
+             *markdown_table(["RAG candidate", "n", "alone F1 / EM", "+ TrustMargin F1 / EM",
+                              "delta F1 (95% CI)", "delta EM (95% CI)", "pipeline s/q",
+                              "+ scoring s/q"], rows), "",
+             "All candidates (multi): TrustMargin picks among Direct and every RAG candidate "
+             "above at once (each candidate's margin against Direct; the largest one wins if "
+             "it is above tau; `margins.decide_among`), replayed from the same cached "
+             "likelihoods; its delta is against BM25-RAG + TrustMargin. Oracle: the best of "
+             "Direct and all candidates by the gold answer (an upper bound, no selector).", "",
+             "Deltas are paired bootstrap intervals (10,000 resamples, seed 0). 'pipeline s/q' "
+             "is the candidate's own cost (BM25-RAG: retrieval and RAG generation); '+ scoring "
+             "s/q' is what TrustMargin adds (the six likelihoods; the Direct answer is shared "
+             "by every row). Seconds are this machine's, per question."]
+    return lines, summary
+
+
+_PIPELINE_LABELS = {"bm25": "BM25-RAG", "ircot": "IRCoT", "flare": "FLARE",
+                    "clehe": "CLeHe-RAG", "dtr": "DTR-RAG"}
+
+
+def _pipeline_ids(run: DatasetRun) -> list[str]:
+    """Ids of the questions every pipeline of the run ran on, in run order."""
+    if not run.pipelines:
+        return []
+    common = set.intersection(*({r.example.id for r in recs} for recs in run.pipelines.values()))
+    return [rec.example.id for rec in run.records if rec.example.id in common]
+
+
+def _candidate_decisions(run: DatasetRun, pipe: str, ids: Sequence[str]
+                         ) -> dict[str, tuple[Decision, float]] | None:
+    """Question id -> (decision, pipeline seconds) of one candidate source on ``ids``."""
+    wanted = set(ids)
+    if pipe == "bm25":
+        # BM25-RAG's own cost: its retrieval and its RAG generation.
+        return {rec.example.id: (rec.decision, rec.retrieval_s
+                                 + rec.decision.timings.generate_rag_s)
+                for rec in run.records if rec.example.id in wanted}
+    if pipe not in run.pipelines:
+        return None
+    return {r.example.id: (r.decision, r.pipeline_s) for r in run.pipelines[pipe]
+            if r.example.id in wanted}
+
+
+def multi_candidate_answer(decisions: Sequence[Decision]) -> str:
+    """The answer TrustMargin keeps among Direct and several RAG candidates, given one
+    pairwise decision per candidate (same question, Direct answer and passages).
+
+    Each candidate's likelihoods do not depend on the other candidates, so its pairwise
+    margins are the ones multi-candidate arbitration computes; the choice is made by the one
+    rule (:func:`~trustmargin_integrations.margins.settle_among`, then
+    :func:`~trustmargin_integrations.margins.decide_among`).
+    """
+    first = decisions[0]
+    if any(d.reason == "no_evidence" for d in decisions):
+        return first.direct_answer
+    blank = [d.reason in ("rag_answer_blank", "both_answers_blank") for d in decisions]
+    agree = [d.reason == "answers_agree" for d in decisions]
+    direct_blank = any(d.reason in ("direct_answer_blank", "both_answers_blank")
+                       for d in decisions)
+    verdict = settle_among(has_evidence=True, direct_blank=direct_blank, rag_blank=blank,
+                           agree_unscored=agree)
+    if verdict is None:
+        margins = [(d.m_prior, d.m_bind) if d.m_prior is not None and d.m_bind is not None
+                   else (0.0, 0.0) if a else None for d, a in zip(decisions, agree, strict=True)]
+        verdict = decide_among(margins, first.lambda_bind, first.tau)
+    if verdict.choice == "direct" or verdict.candidate is None:
+        return first.direct_answer
+    return decisions[verdict.candidate].rag_answer
+
+
+def _multi_candidate_rows(runs: Sequence[DatasetRun], sources: Sequence[str]
+                          ) -> tuple[list[list[str]], dict[str, Any]]:
+    """Rows for TrustMargin over all candidates at once, and for their oracle."""
+    if len(sources) < 2:
+        return [], {}
+    groups: dict[str, dict[str, tuple[list[float], list[float]]]] = {}
+    for run in runs:
+        ids = _pipeline_ids(run)
+        per_source = [_candidate_decisions(run, s, ids) for s in sources]
+        if not ids or any(d is None for d in per_source):
+            continue
+        gold = {rec.example.id: rec.example.answers for rec in run.records}
+        cols: dict[str, tuple[list[float], list[float]]] = {
+            "bm25_tm": ([], []), "multi": ([], []), "oracle": ([], [])}
+        for ident in ids:
+            decisions = [d[ident][0] for d in per_source if d is not None]
+            answers = [decisions[0].direct_answer, *(d.rag_answer for d in decisions)]
+            picks = {"bm25_tm": decisions[0].answer, "multi": multi_candidate_answer(decisions)}
+            for key, answer in picks.items():
+                cols[key][0].append(token_f1(answer, gold[ident]))
+                cols[key][1].append(exact_match(answer, gold[ident]))
+            cols["oracle"][0].append(max(token_f1(a, gold[ident]) for a in answers))
+            cols["oracle"][1].append(max(exact_match(a, gold[ident]) for a in answers))
+        groups[run.name] = cols
+    if not groups:
+        return [], {}
+    boots = _metric_boots(groups, [("multi", "bm25_tm")])
+    f1, em = boots["f1"], boots["em"]
+    d_f1, d_em = f1.differences["multi - bm25_tm"], em.differences["multi - bm25_tm"]
+    rows = [[f"All {len(sources)} candidates + TrustMargin (multi)", str(f1.n), "",
+             f"{f1.methods['multi'].mean:.2f} / {em.methods['multi'].mean:.2f}",
+             f"{d_f1.mean:+.2f} {d_f1.ci()}", f"{d_em.mean:+.2f} {d_em.ci()}", "", ""],
+            [f"Oracle(Direct, all {len(sources)} candidates)", str(f1.n),
+             f"{f1.methods['oracle'].mean:.2f} / {em.methods['oracle'].mean:.2f}",
+             "", "", "", "", ""]]
+    return rows, {"f1": f1.as_dict(), "em": em.as_dict(), "sources": list(sources)}

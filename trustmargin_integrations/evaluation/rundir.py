@@ -8,16 +8,19 @@ manifest and the cache alone: no model, no data directory.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.datasets import EvalExample
 from trustmargin_integrations.evaluation.runner import EvalRecord, NoiseRecord
 from trustmargin_integrations.schema import Decision
 from trustmargin_integrations.store import ResultStore
+
+if TYPE_CHECKING:
+    from trustmargin_integrations.evaluation.pipeline_runner import PipelineRecord
 
 CACHE_FILE = "cache.jsonl"
 MANIFEST_FILE = "manifest.json"
@@ -31,6 +34,8 @@ class DatasetRun:
     records: list[EvalRecord]
     noise: list[NoiseRecord] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
+    pipelines: dict[str, list[PipelineRecord]] = field(default_factory=dict)
+    """Pipeline name -> one record per question it ran on (``eval --pipeline``)."""
 
 
 def open_store(run_dir: str | Path) -> ResultStore:
@@ -59,8 +64,13 @@ def record_dataset(
     info: dict[str, Any],
     noise: Sequence[NoiseRecord] = (),
     noise_info: dict[str, Any] | None = None,
+    pipelines: Mapping[str, Sequence[PipelineRecord]] | None = None,
+    pipeline_info: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> None:
-    """Write (or replace) one dataset's entry in the manifest."""
+    """Write (or replace) one dataset's entry in the manifest.
+
+    ``pipelines`` (name -> records) replace the entry's records of those pipelines; the
+    entry's other pipelines are kept, so runs of different pipelines add up."""
     root = Path(run_dir)
     manifest = _read_manifest(root)
     entry: dict[str, Any] = {
@@ -75,6 +85,12 @@ def record_dataset(
                                     for n in noise]}
     elif "noise" in old:
         entry["noise"] = old["noise"]
+    piped = dict(old.get("pipelines", {}))
+    for pipe, recs in (pipelines or {}).items():
+        piped[pipe] = {**(pipeline_info or {}).get(pipe, {}),
+                     "items": [{"id": r.example.id, "key": r.key} for r in recs]}
+    if piped:
+        entry["pipelines"] = piped
     manifest["datasets"][name] = entry
     _write_manifest(root, manifest)
 
@@ -115,8 +131,16 @@ def load_run(run_dir: str | Path) -> list[DatasetRun]:
                 noise.append(NoiseRecord(by_id[item["id"]].example, item["level"],
                                          Decision.model_validate(value["decision"]),
                                          item["key"]))
-        info = {k: v for k, v in entry.items() if k not in ("examples", "noise")}
+        pipelines = {}
+        if entry.get("pipelines"):
+            from trustmargin_integrations.evaluation.pipeline_runner import read_record
+
+            for pipe, pipe_entry in entry["pipelines"].items():
+                pipelines[pipe] = [read_record(store, by_id[item["id"]].example, pipe,
+                                               item["key"]) for item in pipe_entry["items"]]
+        info = {k: v for k, v in entry.items() if k not in ("examples", "noise", "pipelines")}
         if noise_entry:
             info["noise"] = {k: v for k, v in noise_entry.items() if k != "items"}
-        runs.append(DatasetRun(name=name, records=records, noise=noise, info=info))
+        runs.append(DatasetRun(name=name, records=records, noise=noise, info=info,
+                               pipelines=pipelines))
     return runs

@@ -1,0 +1,133 @@
+"""TrustMargin on top of other RAG pipelines (the paper's complementarity table), resumable.
+
+For every evaluated question the main run already holds the Direct answer and BM25-RAG. Each
+extra pipeline (IRCoT, FLARE, CLeHe-RAG, DTR-RAG; :mod:`trustmargin_integrations.pipelines`)
+answers the question on the same model; its answer becomes the RAG-side candidate and is
+arbitrated against the *same* Direct answer over the *same* top-k passages the BM25-RAG
+decision was scored with (the paper's appendix: "TrustMargin evaluates each candidate against
+the same BM25 passage pool"), so every pipeline's margins are on one scale. The pipeline's
+trace (steps, queries, passages) is stored in the Decision's ``metadata["pipeline"]``.
+
+Results go to the run's cache under a key of (model, prompts, question, passages, Direct
+answer, settings, pipeline name and parameters), a batch at a time, so a crash loses at most
+the batch in flight.
+
+The pipelines retrieve with their own queries, so they need a searchable corpus: by default
+a BM25 index over every passage the dataset ships (with PRAG's data: the top-3 DPR-wiki
+passages of all of its questions), or any corpus file given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from trustmargin_integrations.arbiter import TrustMargin
+from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.evaluation.datasets import EvalExample
+from trustmargin_integrations.evaluation.runner import EvalRecord, settings_for
+from trustmargin_integrations.pipelines import PIPELINES, build_pipeline
+from trustmargin_integrations.prompts import PROMPT_VERSION
+from trustmargin_integrations.retrieval.base import Retriever
+from trustmargin_integrations.schema import Decision
+from trustmargin_integrations.store import ResultStore, cache_key
+
+BASELINE = "bm25"
+"""The main run's own RAG candidate (BM25-RAG), always part of a complementarity table."""
+
+
+@dataclass(frozen=True)
+class PipelineRecord:
+    """One question under one pipeline: the arbitration of its answer against Direct."""
+
+    example: EvalExample
+    pipeline: str
+    key: str
+    decision: Decision
+    pipeline_s: float  # the pipeline's own wall time for this question
+    computed: bool
+
+
+def parse_pipelines(spec: str) -> list[str]:
+    """``"bm25,ircot,flare"`` -> the extra pipelines to run (``bm25`` is the main run)."""
+    names = [n.strip().lower() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in names if n != BASELINE and n not in PIPELINES]
+    if unknown:
+        raise InvalidInputError("--pipeline", f"unknown pipeline(s) {', '.join(unknown)}",
+                                "use a comma-separated list of "
+                                f"{[BASELINE, *sorted(PIPELINES)]}")
+    return list(dict.fromkeys(n for n in names if n != BASELINE))
+
+
+def _key(tm: TrustMargin, rec: EvalRecord, name: str, params: Mapping[str, Any],
+         settings: Mapping[str, Any]) -> str:
+    return cache_key(model_id=tm.backend.model_id, prompt_version=PROMPT_VERSION,
+                     question=rec.example.question, passages=rec.passages,
+                     settings={**settings, "pipeline": name, "pipeline_params": dict(params)},
+                     direct_answer=rec.decision.direct_answer)
+
+
+def run_pipeline(
+    tm: TrustMargin,
+    records: Sequence[EvalRecord],
+    store: ResultStore,
+    *,
+    name: str,
+    retriever: Retriever,
+    top_k: int,
+    params: Mapping[str, Any] | None = None,
+    dtype: str | None = None,
+    batch_size: int | None = None,
+    progress: bool = True,
+) -> list[PipelineRecord]:
+    """Run pipeline ``name`` on the main run's ``records`` and arbitrate each answer.
+
+    Args:
+        tm: the arbiter whose backend also runs the pipeline (one model, as in the paper).
+        records: the main run's records (they hold the Direct answer and the passages).
+        store: the run's cache.
+        name: a name of :data:`~trustmargin_integrations.pipelines.PIPELINES`.
+        retriever: what the pipeline searches with its own queries.
+        top_k: recorded in the cache key with the run's other settings.
+        params: the pipeline's parameters (its defaults when omitted).
+        batch_size: questions per durable batch.
+    """
+    pipeline = build_pipeline(name, tm.backend, retriever, **dict(params or {}))
+    settings = settings_for(tm, top_k=top_k, dtype=dtype, retrieval="pipeline").as_dict()
+    keys = [_key(tm, rec, name, pipeline.params(), settings) for rec in records]
+    pending = [i for i, k in enumerate(keys) if k not in store]
+    size = batch_size or tm.config.batch_size
+    with tqdm(total=len(records), initial=len(records) - len(pending), desc=name, unit="q",
+              disable=not progress, dynamic_ncols=True) as bar:
+        for start in range(0, len(pending), size):
+            chunk = pending[start:start + size]
+            results = pipeline.run_batch([records[i].example.question for i in chunk])
+            decisions = tm.arbitrate_batch([
+                {"question": records[i].example.question, "passages": list(records[i].passages),
+                 "direct_answer": records[i].decision.direct_answer,
+                 "rag_answer": result.answer,
+                 "id": f"{records[i].example.dataset}:{records[i].example.id}",
+                 "metadata": {"pipeline": result.to_metadata()}}
+                for i, result in zip(chunk, results, strict=True)])
+            for i, result, decision in zip(chunk, results, decisions, strict=True):
+                store.put(keys[i], {"decision": decision.model_dump(mode="json"),
+                                    "pipeline_s": result.seconds})
+            bar.update(len(chunk))
+    computed = {keys[i] for i in pending}
+    return [read_record(store, rec.example, name, key, key in computed)
+            for rec, key in zip(records, keys, strict=True)]
+
+
+def read_record(store: ResultStore, example: EvalExample, name: str, key: str,
+                computed: bool = False) -> PipelineRecord:
+    """A stored pipeline result as a record (raises when the store lacks it)."""
+    value = store.get(key)
+    if value is None:
+        raise InvalidInputError("run_dir", f"cache lacks pipeline {name} for "
+                                f"{example.dataset}:{example.id}",
+                                "re-run the same `trustmargin eval --pipeline ...` command")
+    return PipelineRecord(example, name, key, Decision.model_validate(value["decision"]),
+                          float(value.get("pipeline_s", 0.0)), computed)

@@ -1,0 +1,235 @@
+"""CLeHe: entropy-based decoding for retrieval-augmented generation (Qiu et al., 2025).
+
+The paper under reproduction calls it CLeHe-RAG. One answer is decoded greedily and jointly
+over ``k + 1`` prompts: one per retrieved passage (the paper's question+context prompt with
+that single passage) and the question-only prompt. At every step:
+
+1. document ensemble: ``p_j`` is passage prompt ``j``'s next-token distribution and ``H_j``
+   its entropy; ``w = softmax(-H / temperature)`` favours the confident (low-entropy)
+   passages, and ``p_ens = sum_j w_j p_j``;
+2. contrast with internal knowledge: for the question-only prompt, every intermediate layer
+   from ``layer_start`` (a fraction of the depth) up to, but excluding, the last one is read
+   out through the final norm and the LM head; the layer whose distribution ``q_L`` has the
+   highest entropy is the least settled parametric guess;
+3. the next token is ``argmax(log p_ens - beta * log q_L)`` over the plausible tokens, those
+   with ``p_ens >= plausibility * max p_ens``.
+
+The plausibility constraint is the usual guard of contrastive decoding (Li et al., 2023;
+also DoLa): without it the contrast term, whose log-probabilities span tens of nats, lifts
+tokens the ensemble itself finds absurd (measured: SmolLM2 answers garbage such as
+``####comings:||`` on the demo questions). ``plausibility=0`` turns it off.
+
+With ``beta = 0`` and a single passage this is exactly greedy decoding of that passage's
+prompt. Decoding stops at EOS, once the first answer line is complete (as the backend's own
+greedy decoding does), or after ``max_new_tokens``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import torch
+
+from trustmargin_integrations.answers import answer_complete
+from trustmargin_integrations.backends.base import Backend
+from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.pipelines.base import (
+    BasePipeline,
+    PipelineResult,
+    PipelineStep,
+    check_float,
+    check_int,
+    context_text,
+    refs,
+    register,
+    require_hf,
+)
+from trustmargin_integrations.prompts import view_texts
+from trustmargin_integrations.retrieval.base import Retriever
+from trustmargin_integrations.schema import Passage
+
+
+@register
+class CLeHePipeline(BasePipeline):
+    """CLeHe entropy-based ensemble + contrastive decoding on a local transformers model.
+
+    Args:
+        backend: an :class:`~trustmargin_integrations.backends.hf.HFBackend` (the decoding
+            reads next-token distributions and intermediate hidden states off the model).
+        retriever: anything with ``search(query, k)``.
+        k: passages retrieved, one decoding row each (the paper's BM25-RAG depth by default).
+        temperature: temperature of the entropy weights, > 0 (0.25 by default; lower values
+            concentrate the weight on the most confident passage).
+        beta: weight of the contrast with the high-entropy layer, >= 0 (0.5 by default;
+            0 turns the contrast off).
+        layer_start: first candidate layer as a fraction of the depth, in [0, 1) (0.5: the
+            upper half); the last layer is never a candidate.
+        plausibility: only tokens with ``p_ens >= plausibility * max p_ens`` can be chosen,
+            in [0, 1) (0.1 by default, as in contrastive decoding; 0: no constraint).
+        max_new_tokens: most tokens of the answer.
+        max_context_tokens: token budget of each passage prompt's context.
+        trace_steps: decoding steps whose weights, entropies and layer are kept in the trace.
+    """
+
+    name = "clehe"
+
+    def __init__(self, backend: Backend, retriever: Retriever, *, k: int = 20,
+                 temperature: float = 0.25, beta: float = 0.5, layer_start: float = 0.5,
+                 plausibility: float = 0.1, max_new_tokens: int = 32,
+                 max_context_tokens: int = 2048, trace_steps: int = 32) -> None:
+        super().__init__(backend, retriever)
+        self.hf = require_hf(backend, "clehe", "the next-token distributions and the "
+                             "intermediate hidden states")
+        self.k = check_int("k", k, 1)
+        self.temperature = check_float("temperature", temperature, 0.0, None)
+        self.beta = check_float("beta", beta, 0.0, None, low_open=False)
+        self.layer_start = check_float("layer_start", layer_start, 0.0, 1.0, low_open=False)
+        self.plausibility = check_float("plausibility", plausibility, 0.0, 1.0, low_open=False)
+        self.max_new_tokens = check_int("max_new_tokens", max_new_tokens, 1)
+        self.max_context_tokens = check_int("max_context_tokens", max_context_tokens, 16)
+        self.trace_steps = check_int("trace_steps", trace_steps, 0)
+        model = self.hf.model
+        self.num_layers = int(model.config.num_hidden_layers)
+        # hidden_states[i] is the output of layer i (0: the embeddings); the last entry is the
+        # final layer after the final norm, which is excluded.
+        first = max(1, math.floor(self.layer_start * self.num_layers))
+        self.layers = list(range(first, self.num_layers))
+        self.norm = getattr(model.base_model, "norm", None)
+        self.head = model.get_output_embeddings()
+        if not self.layers:
+            raise InvalidInputError("layer_start", f"leaves no intermediate layer of the "
+                                    f"{self.num_layers}-layer model", "lower layer_start")
+        if self.norm is None or self.head is None:
+            raise InvalidInputError("backend", f"{type(model).__name__} has no final norm "
+                                    "(base_model.norm) or no output embeddings to read "
+                                    "intermediate layers through",
+                                    "use a decoder-only model such as Llama, Qwen or SmolLM")
+
+    def params(self) -> dict[str, Any]:
+        """Every parameter in force."""
+        return {"k": self.k, "temperature": self.temperature, "beta": self.beta,
+                "layer_start": self.layer_start, "candidate_layers": self.layers,
+                "plausibility": self.plausibility,
+                "max_new_tokens": self.max_new_tokens,
+                "max_context_tokens": self.max_context_tokens, "trace_steps": self.trace_steps}
+
+    def _run_chunk(self, questions: list[str]) -> list[PipelineResult]:
+        return [self._run_one(q) for q in questions]
+
+    def _run_one(self, question: str) -> PipelineResult:
+        start = time.perf_counter()
+        hits = self._search([question], self.k)[0]
+        steps = [PipelineStep("retrieve", query=question, passages=refs(hits))]
+        hf = self.hf
+        question_only = hf.render_prompt(view_texts(question, "").question_only)
+        if not hits:
+            # Nothing to ensemble: greedy closed-book decoding, said so in the trace.
+            raw = hf.generate([question_only], self.max_new_tokens)[0]
+            steps.append(PipelineStep("decide", extra={"reason": "no passage retrieved: "
+                                                       "closed-book greedy decoding"}))
+            steps.append(PipelineStep("generate", text=raw))
+            return self._result(question, raw, steps, [], False, time.perf_counter() - start)
+        fixed = hf.render_prompt(view_texts(question, "").question_context)
+        rows: list[Passage] = []
+        prompts: list[list[int]] = []
+        for passage in hits:
+            used = self._fit([passage], fixed, self.max_context_tokens, self.max_new_tokens)
+            rows.extend(used)
+            text = view_texts(question, context_text(used)).question_context
+            prompts.append(hf.encode_prompt(hf.render_prompt(text)))
+        ids, records, stop = self.decode(prompts, hf.encode_prompt(question_only))
+        answer = hf._decode(ids)
+        steps.append(PipelineStep("decode", text=answer, passages=refs(rows), extra={
+            "stop": stop, "tokens": len(ids), "trace": records,
+            "trace_truncated": len(ids) + (stop == "eos") > len(records)}))
+        return self._result(question, answer, steps, rows, True, time.perf_counter() - start)
+
+    @torch.inference_mode()
+    def decode(self, documents: list[list[int]],
+               question_only: list[int]) -> tuple[list[int], list[dict[str, Any]], str]:
+        """Joint greedy decoding over passage prompts and the question-only prompt.
+
+        Args:
+            documents: token ids of each passage prompt (rendered).
+            question_only: token ids of the question-only prompt (rendered).
+
+        Returns:
+            The generated token ids, the per-step records (the first ``trace_steps``: token,
+            weights, entropies, chosen layer) and the stop reason (``"eos"``, ``"line"``,
+            ``"limit"``).
+        """
+        from transformers import DynamicCache
+
+        hf = self.hf
+        device = hf.device
+        with hf._lock:
+            # Passage rows: one left-padded batch with its own KV cache.
+            width = max(len(p) for p in documents)
+            pads = [width - len(p) for p in documents]
+            ids = torch.tensor([[hf._pad] * n + p for n, p in zip(pads, documents, strict=True)],
+                               device=device)
+            mask = torch.tensor([[0] * n + [1] * len(p) for n, p in zip(pads, documents,
+                                                                         strict=True)],
+                                device=device)
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            cache = DynamicCache()
+            doc_logits = hf.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                                  past_key_values=cache, use_cache=True,
+                                  logits_to_keep=1).logits[:, -1]
+            next_pos = positions[:, -1:] + 1
+            # The question-only row runs apart: only it needs the hidden states of every layer.
+            q_cache = DynamicCache()
+            q_hidden = hf.model(input_ids=torch.tensor([question_only], device=device),
+                                past_key_values=q_cache, use_cache=True,
+                                output_hidden_states=True, logits_to_keep=1).hidden_states
+            line_breaks = hf.line_break_tokens()
+            generated: list[int] = []
+            records: list[dict[str, Any]] = []
+            stop = "limit"
+            for step in range(self.max_new_tokens):
+                token, record = self._step(doc_logits, q_hidden)
+                if step < self.trace_steps:
+                    records.append({**record, "piece": hf._decode([token])})
+                if token in hf._eos:
+                    stop = "eos"
+                    break
+                generated.append(token)
+                if token in line_breaks and answer_complete(hf._decode(generated)):
+                    stop = "line"
+                    break
+                if step == self.max_new_tokens - 1:
+                    break
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+                fed = torch.full((len(documents), 1), token, device=device)
+                doc_logits = hf.model(input_ids=fed, attention_mask=mask, position_ids=next_pos,
+                                      past_key_values=cache, use_cache=True).logits[:, -1]
+                next_pos = next_pos + 1
+                q_hidden = hf.model(input_ids=torch.tensor([[token]], device=device),
+                                    past_key_values=q_cache, use_cache=True,
+                                    output_hidden_states=True).hidden_states
+        return generated, records, stop
+
+    def _step(self, doc_logits: torch.Tensor,
+              q_hidden: tuple[torch.Tensor, ...]) -> tuple[int, dict[str, Any]]:
+        """The next token from the passage rows' logits and the question row's hidden states."""
+        logp = torch.log_softmax(doc_logits.float(), dim=-1)             # (k, V)
+        entropy = -(logp.exp() * logp).sum(-1)                          # (k,)
+        weights = torch.softmax(-entropy / self.temperature, dim=0)     # (k,)
+        # log sum_j w_j p_j, computed in log space (a one-row ensemble is exactly log p_1).
+        log_ens = torch.logsumexp(torch.log(weights)[:, None] + logp, dim=0)
+        states = torch.stack([q_hidden[i][0, -1] for i in self.layers])  # (L, hidden)
+        layer_logp = torch.log_softmax(self.head(self.norm(states)).float(), dim=-1)
+        layer_entropy = -(layer_logp.exp() * layer_logp).sum(-1)        # (L,)
+        chosen = int(layer_entropy.argmax())
+        # beta = 0 uses the ensemble alone (no 0 * log q term that could change the argmax).
+        score = log_ens if self.beta == 0 else log_ens - self.beta * layer_logp[chosen]
+        if self.plausibility > 0:
+            # The ensemble's own argmax always passes, so beta = 0 is still plain argmax.
+            floor = log_ens.max() + math.log(self.plausibility)
+            score = score.masked_fill(log_ens < floor, float("-inf"))
+        token = int(score.argmax())
+        return token, {"token": token, "weights": weights.tolist(),
+                       "entropies": entropy.tolist(), "layer": self.layers[chosen],
+                       "layer_entropy": float(layer_entropy[chosen])}
