@@ -199,3 +199,41 @@ def test_report_has_the_calibrated_rule_and_question_types(tmp_path: Path) -> No
     other = c.model_copy(update={"model_id": "another"}).save(tmp_path / "other.json")
     with pytest.raises(InvalidInputError, match="was fitted for model"):
         build_report(run, calibration=other)
+
+
+def test_grid_choices_are_the_replayed_rule_in_every_cell() -> None:
+    # The grid is computed array-wise with margins.py's combined_margin and overrides; it must
+    # equal Decision.replay cell by cell, settled decisions and margins at a cell edge included.
+    rng = np.random.default_rng(5)
+    decisions = [_decision(f"x:{i}", float(rng.uniform(-4, 4)), float(rng.uniform(-3, 3)))
+                 for i in range(40)]
+    decisions.append(_decision("x:edge", -1.5, 0.0))  # M == tau at (any lambda, -1.5)
+    settled = _decision("x:agree", 0.0, 0.0).model_copy(
+        update={"reason": "answers_agree", "m_prior": None, "m_bind": None, "m": None})
+    decisions.append(settled)
+    scored = [score_decision(d, ["Paris"]) for d in decisions]
+    problem = Problem({"x": scored})
+    for q, d in enumerate(decisions):
+        expected = [[d.replay(lam, tau) == "rag" for tau in problem.taus]
+                    for lam in problem.lambdas]
+        assert problem.rag[q].tolist() == expected, d.id
+
+
+def test_cli_calibration_option_conflicts_and_unknown_models(tmp_path: Path) -> None:
+    from trustmargin_integrations.cli import app
+    from trustmargin_integrations.demo import demo_corpus
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(p.model_dump()) + "\n" for p in demo_corpus()),
+                      encoding="utf-8")
+    runner = CliRunner()
+    both = runner.invoke(app, ["ask", "Who?", "--corpus", str(corpus), "--calibration",
+                               "shipped", "--tau", "0.5"])
+    assert both.exit_code != 0
+    text = " ".join(both.output.split()) + str(both.exception or "")
+    assert "--tau" in text and "cannot be combined with --calibration" in text
+    unknown = runner.invoke(app, ["ask", "Who?", "--corpus", str(corpus), "--model",
+                                  "no/such-model", "--calibration", "shipped"])
+    assert unknown.exit_code != 0
+    text = " ".join(unknown.output.split()) + str(unknown.exception or "")
+    assert "no calibration is shipped" in text

@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 Choice = Literal["direct", "rag"]
 """The side a decision keeps."""
@@ -138,6 +138,13 @@ def combined_margin(
     raise ValueError(f"unknown variant {variant!r}; use 'full', 'no_prior' or 'no_bind'")
 
 
+def overrides(m: Any, tau: Any) -> Any:
+    """Whether a margin overrides Direct: ``M > tau``, strictly (``M == tau`` keeps Direct,
+    as in the paper). Works on floats and, elementwise, on numpy arrays (the calibration grid
+    evaluates every lambda x tau cell at once with it and :func:`combined_margin`)."""
+    return m > tau
+
+
 def decide_among(
     margins: Sequence[tuple[float, float] | None],
     lambda_bind: float,
@@ -175,7 +182,7 @@ def decide_among(
         raise ValueError("no candidate has margins: settle the question instead")
     m_prior, m_bind = margins[best]  # type: ignore[misc]
     m = combined_margin(m_prior, m_bind, lambda_bind, variant)
-    use_rag = m > tau  # strict: M == tau keeps Direct, as in the paper
+    use_rag = bool(overrides(m, tau))
     return Verdict(
         choice="rag" if use_rag else "direct",
         reason="margin_above_tau" if use_rag else "margin_at_or_below_tau",

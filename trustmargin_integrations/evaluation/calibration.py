@@ -52,6 +52,7 @@ from trustmargin_integrations.evaluation.bootstrap import (
     grouped_bootstrap,
 )
 from trustmargin_integrations.evaluation.diagnostics import DEFAULT_LAMBDA, DEFAULT_TAU, Scored
+from trustmargin_integrations.margins import SETTLED, combined_margin, overrides
 
 Objective = Literal["f1", "em"]
 
@@ -269,7 +270,7 @@ class Fit:
 class Problem:
     """The questions of a calibration: per-question candidate scores and replayed choices.
 
-    ``rag[q, i, j]`` is True when ``Decision.replay(lambdas[i], taus[j])`` keeps question
+    ``rag[q, i, j]`` is True when ``Decision.replay(lambdas[i], taus[j])`` would keep question
     ``q``'s RAG answer; it is computed once and shared by every fit on a subset.
     """
 
@@ -302,9 +303,18 @@ class Problem:
             self.direct = np.array([s.em_direct for s in self.scored])
             self.rag_score = np.array([s.em_rag for s in self.scored])
         self.rag = np.empty((len(self.scored), len(self.lambdas), len(self.taus)), dtype=bool)
+        lams = np.asarray(self.lambdas)[:, None]
+        taus = np.asarray(self.taus)[None, :]
         for q, s in enumerate(self.scored):
-            self.rag[q] = [[s.decision.replay(lam, tau) == "rag" for tau in self.taus]
-                           for lam in self.lambdas]
+            d = s.decision
+            if d.reason in SETTLED or d.m_prior is None or d.m_bind is None:
+                # No lambda or tau changes a settled decision (replay raises on a scored
+                # decision without margins, as it should).
+                self.rag[q] = d.replay() == "rag"
+            else:
+                # The rule of margins.py on the whole grid at once (what Decision.replay
+                # computes cell by cell; test_calibration checks they agree).
+                self.rag[q] = overrides(combined_margin(d.m_prior, d.m_bind, lams), taus)
 
     def __len__(self) -> int:
         return len(self.scored)

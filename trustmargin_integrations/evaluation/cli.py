@@ -237,8 +237,11 @@ def _run_pipelines(
     out, info = {}, {}
     for name in names:
         typer.echo(f"pipeline {name}: {len(chosen)} questions, retrieving from {source}")
+        # Each pipeline retrieves as deep as the run's BM25-RAG (--top-k), so that the
+        # candidates differ in how they use retrieval, not in how much evidence they see.
         out[name] = run_pipeline(tm, chosen, store, name=name,  # type: ignore[arg-type]
-                                 retriever=index, top_k=top_k, batch_size=batch_size)
+                                 retriever=index, top_k=top_k, params={"k": top_k},
+                                 batch_size=batch_size)
         info[name] = {"params": out[name][0].decision.metadata["pipeline"]["params"]
                       if out[name] else {}, "retriever": source, "n": len(chosen)}
     return out, info
