@@ -14,7 +14,14 @@ from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-NOTEBOOKS = ["langchain_rag_chain.ipynb", "llamaindex_query_engine.ipynb"]
+NOTEBOOKS = ["langchain_rag_chain.ipynb", "llamaindex_query_engine.ipynb", "plug_and_play.ipynb"]
+# Notebook-specific lines that must be printed as well as the summary table.
+PRINTED = {
+    # The IRCoT audit record, the LangChain chain agreeing with the table, and the FLARE
+    # wrapping's record of what FLARE did.
+    "plug_and_play.ipynb": ['"pipeline": "ircot"', "same decision as the table: True",
+                            '"engine": "FLAREInstructQueryEngine"'],
+}
 KERNEL_NAME = "trustmargin-test-python"
 
 
@@ -53,3 +60,5 @@ def test_notebook_runs_without_a_cell_error(name: str) -> None:
     text = "".join(o.get("text", "") for c in code_cells for o in c.outputs
                    if o.output_type == "stream")
     assert "TrustMargin" in text and "correct" in text  # the summary table was printed
+    for expected in PRINTED.get(name, []):
+        assert expected in text, f"{name} did not print {expected!r}"

@@ -1,5 +1,7 @@
 """LangChain adapter: a router Runnable, a retriever over any project retriever, a local LLM
-and a chain builder.
+and a chain builder; and, for multi-step pipelines (IRCoT, FLARE, CLeHe-RAG, DTR-RAG), a
+pipeline Runnable, a multi-step retriever and a chain that arbitrates a pipeline's answer
+(:func:`build_pipeline_chain`).
 
 The adapter is thin. It turns LangChain inputs (dicts, ``Document`` objects, chat messages)
 into the core's input and returns the core :class:`~trustmargin_integrations.schema.Decision`
@@ -69,10 +71,16 @@ from trustmargin_integrations.schema import Decision, Passage
 
 __all__ = [
     "MARGINS_EVENT",
+    "PIPELINES_KEY",
+    "PIPELINE_EVENT",
+    "PIPELINE_KEY",
     "LocalLLM",
+    "PipelineRetriever",
+    "PipelineRunnable",
     "TrustMarginInput",
     "TrustMarginRetriever",
     "TrustMarginRouter",
+    "build_pipeline_chain",
     "build_trustmargin_chain",
     "document_to_passage",
     "passage_to_document",
@@ -92,6 +100,9 @@ _FIXES = {
     "documents": "pass the retriever's output (a list of Document)",
     "context": "pass passage strings, or Document objects under 'documents'",
     "id": "pass a string identifier",
+    "rag_candidates": "pass a mapping from name to answer text (e.g. {'bm25': ..., "
+                      "'ircot': ...}), a list of texts or a list of (name, text) pairs",
+    "metadata": "pass a dict of JSON values",
 }
 _CONFIG_SPECS = [
     ConfigurableFieldSpec(
@@ -227,7 +238,12 @@ class TrustMarginInput(BaseModel):
     passage). An empty list means nothing was retrieved: the decision is the closed-book
     answer with reason ``no_evidence``. When both are present ``documents`` is used, so a
     chain may keep a formatted ``context`` string for its RAG prompt next to the documents.
-    Other keys are ignored.
+
+    Optional: ``rag_candidates`` gives several RAG-side candidates at once (e.g. ``{"bm25":
+    ..., "ircot": ...}``, with ``rag_answer=None``); the rule keeps Direct or the best of
+    them (see :meth:`TrustMargin.arbitrate`). ``metadata`` is JSON data copied to the
+    Decision's ``metadata`` (the audit record), e.g. a pipeline's trace. Other keys are
+    ignored.
     """
 
     model_config = ConfigDict(extra="ignore", arbitrary_types_allowed=True)
@@ -243,6 +259,12 @@ class TrustMarginInput(BaseModel):
         None, description="Passages, when no documents (one string = one passage).")
     id: StrictStr | None = Field(
         None, description="Caller's identifier, copied to the Decision.")
+    rag_candidates: dict[StrictStr, StrictStr] | list[StrictStr | tuple[StrictStr, StrictStr]] \
+        | None = Field(
+            None, description="Several RAG-side candidates (name -> text, texts, or (name, "
+                              "text) pairs) instead of rag_answer, which must then be None.")
+    metadata: dict[str, Any] | None = Field(
+        None, description="JSON data copied to Decision.metadata (e.g. a pipeline's trace).")
 
     @field_validator("id", mode="before")
     @classmethod
@@ -318,6 +340,11 @@ def _core_input(value: Any, where: str | None) -> tuple[dict[str, Any], dict[str
     item = {"question": record.question, "passages": passages,
             "direct_answer": record.direct_answer, "rag_answer": record.rag_answer,
             "id": record.id}
+    # Only when given, so that an input without them reaches the core exactly as before.
+    if record.rag_candidates is not None:
+        item["rag_candidates"] = record.rag_candidates
+    if record.metadata is not None:
+        item["metadata"] = record.metadata
     return item, {"passages": key}
 
 
@@ -733,3 +760,283 @@ def build_trustmargin_chain(
         )
         | router
     ).with_config(run_name="TrustMarginChain")
+
+
+# -- multi-step pipelines ---------------------------------------------------------------------
+
+PIPELINE_EVENT = "trustmargin_pipeline"
+"""Name of the custom callback event each pipeline run emits with its trace
+(``PipelineResult.to_metadata()``)."""
+
+PIPELINE_KEY = "pipeline"
+"""``Decision.metadata`` key of the trace when one pipeline gives the RAG-side answer."""
+
+PIPELINES_KEY = "pipelines"
+"""``Decision.metadata`` key of the traces (name -> trace) when several candidates compete."""
+
+
+def _check_pipeline(value: Any, field: str) -> Any:
+    """``value`` when it behaves like a project pipeline (name, run, run_batch)."""
+    if not (isinstance(getattr(value, "name", None), str) and callable(getattr(value, "run", None))
+            and callable(getattr(value, "run_batch", None))):
+        raise InvalidInputError(field, f"a {type(value).__name__} is not a pipeline (it needs "
+                                "name, run(question) and run_batch(questions))",
+                                "pass a pipeline from trustmargin_integrations.pipelines, e.g. "
+                                "build_pipeline('ircot', tm.backend, index, k=3)")
+    return value
+
+
+def _pipeline_question(value: Any, where: str | None = None) -> str:
+    """The question of a chain or pipeline input; a blank one is refused before any model
+    call (a pipeline would otherwise spend its steps on it)."""
+    try:
+        question = _question_of(value)
+        if not question.strip():
+            raise InvalidInputError("question", "is empty or whitespace",
+                                    "pass the user's question as text")
+    except InvalidInputError as exc:
+        if where is None:
+            raise
+        raise InvalidInputError(f"{where}.{exc.field}", exc.problem, exc.fix) from None
+    return question
+
+
+class PipelineRunnable(RunnableSerializable[Any, Any]):
+    """A multi-step RAG pipeline (IRCoT, FLARE, CLeHe-RAG, DTR-RAG) as a Runnable:
+    question -> :class:`~trustmargin_integrations.pipelines.PipelineResult`.
+
+    The input is the question string or ``{"question": ...}``; the output is the pipeline's
+    answer with its whole trace (``.answer``, ``.passages``, ``.steps``,
+    ``.to_metadata()``). ``batch`` is one ``pipeline.run_batch`` call, so pipelines that
+    batch their model calls (IRCoT, DTR-RAG) do so across the inputs. Each run honours
+    ``config`` (run name, tags, callbacks): its output is the ``PipelineResult`` and it
+    emits a :data:`PIPELINE_EVENT` custom event carrying the trace.
+
+    Example:
+        >>> ircot = build_pipeline("ircot", tm.backend, index, k=3)  # doctest: +SKIP
+        >>> PipelineRunnable(ircot).invoke("Who directed ...?").answer  # doctest: +SKIP
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    pipeline: Any = Field(description="A project pipeline (see trustmargin_integrations."
+                                      "pipelines.build_pipeline).")
+
+    def __init__(self, pipeline: Any, **kwargs: Any) -> None:
+        # Checked here, not in a field validator, so the error is the typed InvalidInputError.
+        super().__init__(pipeline=_check_pipeline(pipeline, "pipeline"), **kwargs)
+
+    @property
+    def InputType(self) -> type[str]:  # noqa: N802 (LangChain's name)
+        """The question text (``{"question": ...}`` is accepted too)."""
+        return str
+
+    @property
+    def OutputType(self) -> type[Any]:  # noqa: N802 (LangChain's name)
+        """:class:`~trustmargin_integrations.pipelines.PipelineResult`."""
+        from trustmargin_integrations.pipelines.base import PipelineResult
+
+        return PipelineResult
+
+    def get_name(self, suffix: str | None = None, *, name: str | None = None) -> str:
+        """The pipeline's registry name (``ircot``...) unless a run name is given."""
+        return super().get_name(suffix, name=name or str(self.pipeline.name))
+
+    def _run(self, values: list[Any], config: list[RunnableConfig], *, batched: bool = True
+             ) -> list[Any]:
+        out: list[Any] = []
+        ready: list[tuple[int, str]] = []
+        for i, value in enumerate(values):
+            try:
+                ready.append((i, _pipeline_question(value, f"inputs[{i}]" if batched else None)))
+                out.append(None)
+            except InvalidInputError as exc:
+                out.append(exc)
+        if ready:
+            results = self.pipeline.run_batch([q for _, q in ready])
+            for (i, _), result in zip(ready, results, strict=True):
+                out[i] = result
+                dispatch_custom_event(PIPELINE_EVENT, result.to_metadata(), config=config[i])
+        return out
+
+    def _one(self, value: Any, config: RunnableConfig) -> Any:
+        result = self._run([value], [config], batched=False)[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        """Run the pipeline on one question; returns its ``PipelineResult``."""
+        return self._call_with_config(self._one, input, config, run_type="chain")
+
+    def batch(self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None
+              = None, *, return_exceptions: bool = False, **kwargs: Any) -> list[Any]:
+        """Run the pipeline on many questions with one ``run_batch`` call.
+
+        An invalid input is an ``InvalidInputError`` naming ``inputs[i].question``: raised,
+        or with ``return_exceptions=True`` returned in its place while the others run.
+        """
+        return self._batch_with_config(self._run, inputs, config,
+                                       return_exceptions=return_exceptions, run_type="chain")
+
+    async def abatch(self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig]
+                     | None = None, *, return_exceptions: bool = False, **kwargs: Any
+                     ) -> list[Any]:
+        """Async :meth:`batch`: one ``run_batch`` call in a worker thread (not one thread
+        per input, which would only queue on the model)."""
+        return await run_in_executor(None, self.batch, inputs, config,
+                                     return_exceptions=return_exceptions)
+
+
+class PipelineRetriever(BaseRetriever):
+    """A multi-step retriever: the documents a pipeline gathered for the query.
+
+    For IRCoT these are the passages retrieved with the question and with each reasoning
+    sentence (deduplicated, within the pipeline's context budget): the evidence its answer
+    was conditioned on (``PipelineResult.passages``). The pipeline runs in full, so its
+    answer is computed and dropped; use :class:`PipelineRunnable` to keep it and the trace.
+    Each ``Document`` is :func:`passage_to_document` of a passage plus
+    ``metadata["pipeline"]`` (the pipeline's name).
+
+    Example:
+        >>> retriever = PipelineRetriever(build_pipeline("ircot", tm.backend, index))
+        ... # doctest: +SKIP
+        >>> retriever.invoke("Who is the mother of the director of ...?")  # doctest: +SKIP
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    pipeline: Any = Field(description="A project pipeline whose gathered passages are "
+                                      "returned.")
+
+    def __init__(self, pipeline: Any, **kwargs: Any) -> None:
+        super().__init__(pipeline=_check_pipeline(pipeline, "pipeline"), **kwargs)
+
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+                                ) -> list[Document]:
+        result = self.pipeline.run(_pipeline_question(query))
+        docs = [passage_to_document(p) for p in result.passages]
+        for doc in docs:
+            doc.metadata["pipeline"] = result.pipeline
+        return docs
+
+
+def _candidate_step(name: str, piece: Any) -> Runnable[Any, Any]:
+    """One RAG-side candidate over the chain's state ``{question, documents, context}``: a
+    pipeline answers from the question alone, a chain or model from the question's
+    documents (a bare model gets the paper's question+context prompt: BM25-RAG)."""
+    if isinstance(piece, Runnable) and not isinstance(piece, PipelineRunnable):
+        return _answer_step(piece, QUESTION_CONTEXT_TEMPLATE, name)
+    runnable = piece if isinstance(piece, PipelineRunnable) else PipelineRunnable(
+        _check_pipeline(piece, f"pipeline[{name!r}]"))
+    return (RunnableLambda(lambda state: state["question"], name="question")
+            | runnable.with_config(run_name=name))
+
+
+def _router_input(state: Mapping[str, Any], single: str | None) -> dict[str, Any]:
+    """The router's input: the question's documents, Direct, the candidates, the traces."""
+    from trustmargin_integrations.pipelines.base import PipelineResult
+
+    texts: dict[str, str] = {}
+    traces: dict[str, Any] = {}
+    for name, value in state["candidates"].items():
+        if isinstance(value, PipelineResult):
+            texts[name] = value.answer
+            traces[name] = value.to_metadata()
+        else:
+            texts[name] = "" if value is None else value
+    item = {"question": state["question"], "documents": state["documents"],
+            "direct_answer": state["direct_answer"]}
+    if single is not None:
+        item.update(rag_answer=texts[single], metadata={PIPELINE_KEY: traces[single]})
+    else:
+        item.update(rag_answer=None, rag_candidates=texts, metadata={PIPELINES_KEY: traces})
+    return item
+
+
+def build_pipeline_chain(
+    pipeline: Any,
+    router: TrustMarginRouter,
+    retriever: Runnable[str, list[Document]] | Retriever | None = None,
+    *,
+    closed_book: Runnable[Any, Any] | BaseLanguageModel[Any] | None = None,
+    k: int | None = None,
+) -> Runnable[Any, Decision]:
+    """TrustMargin over multi-step pipelines: question -> [closed-book answer, pipeline
+    answer with its trace] -> :class:`TrustMarginRouter` -> ``Decision``.
+
+    As in the paper, the pipeline's answer is the RAG-side candidate and is scored against
+    the top-``k`` passages of the *question* from ``retriever`` (the pool BM25-RAG would
+    use), not against the passages the pipeline gathered itself: every candidate is judged
+    on the same evidence. The pipeline's trace (steps, queries, passages, parameters) lands
+    in the Decision's ``metadata["pipeline"]``.
+
+    With several candidates (a mapping such as ``{"bm25": llm, "ircot": ircot}``) they are
+    arbitrated at once as ``rag_candidates``: the rule keeps Direct or the best of them
+    (``decision.rag_candidates``, ``decision.winner``), and the traces land in
+    ``metadata["pipelines"]`` by name. A mapping value is a pipeline, a
+    :class:`PipelineRunnable`, a chain reading ``{"question", "context", "documents"}``, or a
+    bare model, which answers with the paper's question+context prompt over the question's
+    documents, i.e. BM25-RAG.
+
+    ``chain.batch`` runs each pipeline once over all questions (``run_batch``) and scores
+    them in one ``arbitrate_batch`` call. Every step shows in a trace; each pipeline run
+    emits :data:`PIPELINE_EVENT` and the router :data:`MARGINS_EVENT`. When the question
+    retrieves nothing the Decision is the closed-book answer with reason ``no_evidence``
+    (the pipelines still run and their traces are kept).
+
+    Args:
+        pipeline: a project pipeline (``build_pipeline("ircot", backend, index, ...)``), or a
+            mapping from candidate name to pipeline / chain / model.
+        router: the :class:`TrustMarginRouter` that decides (its ``tm`` is the scorer).
+        retriever: the evidence pool: a LangChain retriever or a project retriever. None:
+            the pipeline's own retriever (for a mapping, the first pipeline's).
+        closed_book: a chain reading ``{"question"}`` or a bare model for the Direct answer;
+            None lets the scorer model generate it (the paper's same-model setting).
+        k: passages per question from a project retriever (default ``tm.config.top_k``).
+
+    Returns:
+        A Runnable from the question (str or ``{"question": ...}``) to a ``Decision``.
+
+    Raises:
+        InvalidInputError: (``pipeline``, ``pipeline['name']``, ``retriever``, ``k``) at
+            build time; (``question``) at call time for a missing or blank question.
+    """
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise InvalidInputError("k", f"must be a positive integer, got {k!r}",
+                                "ask for at least one passage per question")
+    if isinstance(pipeline, Mapping):
+        if not pipeline:
+            raise InvalidInputError("pipeline", "is an empty mapping",
+                                    "pass at least one candidate, e.g. {'ircot': ircot}")
+        for name in pipeline:
+            if not isinstance(name, str) or not name.strip():
+                raise InvalidInputError("pipeline", f"has a candidate name {name!r}",
+                                        "name candidates like 'bm25' or 'ircot'")
+        pieces = dict(pipeline)
+        single = None
+    else:
+        inner = pipeline.pipeline if isinstance(pipeline, PipelineRunnable) else pipeline
+        pieces = {str(_check_pipeline(inner, "pipeline").name): pipeline}
+        single = next(iter(pieces))
+    steps = {name: _candidate_step(name, piece) for name, piece in pieces.items()}
+    if retriever is None:
+        owners = [p.pipeline if isinstance(p, PipelineRunnable) else p for p in pieces.values()]
+        retriever = next((getattr(p, "retriever", None) for p in owners
+                          if getattr(p, "retriever", None) is not None), None)
+        if retriever is None:
+            raise InvalidInputError("retriever", "is needed: no pipeline has a retriever to "
+                                    "take the question's passages from",
+                                    "pass the retriever whose top-k passages of the question "
+                                    "the candidates are scored against")
+    documents = _as_langchain_retriever(retriever, k, router.tm)
+    question = RunnableLambda(_pipeline_question, name="question")
+    return (
+        RunnableParallel(question=question, documents=question | documents)
+        | RunnablePassthrough.assign(context=RunnableLambda(_context_of, name="context"))
+        | RunnablePassthrough.assign(
+            direct_answer=_answer_step(closed_book, QUESTION_ONLY_TEMPLATE, "closed_book"),
+            candidates=RunnableParallel(steps).with_config(run_name="candidates"))
+        | RunnableLambda(lambda state: _router_input(state, single), name="router_input")
+        | router
+    ).with_config(run_name="TrustMarginPipelineChain")

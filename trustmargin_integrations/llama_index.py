@@ -9,6 +9,10 @@ arbiter, a retriever over any project retriever, and a local LLM.
 - :class:`PassageRetriever` turns any project retriever (``BM25Index``,
   ``ElasticsearchRetriever``, anything with ``search(query, k)``) into a LlamaIndex retriever.
 - :class:`LocalLLM` is a LlamaIndex LLM on a project backend.
+- :class:`PipelineQueryEngine` runs a project pipeline (IRCoT, FLARE, CLeHe-RAG, DTR-RAG) as
+  a query engine, and :func:`build_flare_engine` sets LlamaIndex's
+  ``FLAREInstructQueryEngine`` up for a small local model; ``TrustMarginQueryEngine``'s
+  ``evidence`` option scores such multi-step answers against the question's own passages.
 
 There is deliberately no node postprocessor: LlamaIndex node postprocessors run before
 synthesis and never see an answer, while TrustMargin decides between two *answers*.
@@ -27,7 +31,13 @@ paper's ``tau = -1.5`` is calibrated for same-model candidates, so re-check it o
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Sequence
+import contextlib
+import math
+import re
+import threading
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any
 
 import llama_index.core.instrumentation as instrument
@@ -47,11 +57,22 @@ from llama_index.core.base.response.schema import (
     StreamingResponse,
 )
 from llama_index.core.callbacks import CallbackManager
+from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.instrumentation.events.base import BaseEvent
+from llama_index.core.instrumentation.events.llm import LLMPredictEndEvent, LLMPredictStartEvent
+from llama_index.core.instrumentation.events.query import QueryEndEvent
+from llama_index.core.instrumentation.events.retrieval import RetrievalEndEvent
 from llama_index.core.llms import LLM, CustomLLM
 from llama_index.core.llms.callbacks import llm_completion_callback
 from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
+from llama_index.core.query_engine import FLAREInstructQueryEngine
+from llama_index.core.query_engine.flare.answer_inserter import DirectLookaheadAnswerInserter
+from llama_index.core.query_engine.flare.output_parser import (
+    IsDoneOutputParser,
+    QueryTaskOutputParser,
+)
+from llama_index.core.query_engine.flare.schema import QueryTask
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 from pydantic import ConfigDict, Field
 
@@ -64,13 +85,19 @@ from trustmargin_integrations.schema import Decision, Passage
 
 __all__ = [
     "CLOSED_BOOK_PROMPT_KEY",
+    "EVIDENCE_MODES",
     "METADATA_KEY",
+    "PIPELINE_METADATA_KEY",
     "LocalLLM",
     "PassageRetriever",
+    "PipelineQueryEngine",
+    "SearchOrDoneOutputParser",
+    "SearchTagOutputParser",
     "TrustMarginArbiter",
     "TrustMarginDecisionEvent",
     "TrustMarginQueryEngine",
     "TrustMarginRetrieverQueryEngine",
+    "build_flare_engine",
     "node_to_passage",
     "passage_to_node",
 ]
@@ -212,6 +239,7 @@ class TrustMarginArbiter:
         direct: Any,
         rag: Any,
         source_nodes: Sequence[NodeWithScore] | None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> tuple[PreparedQuestion, Response]:
         """The core's prepared question (validated under LlamaIndex's argument names) and the
         RAG response it came from."""
@@ -240,7 +268,8 @@ class TrustMarginArbiter:
             direct = direct.response or ""
         item = {"question": query.query_str if isinstance(query, QueryBundle) else query,
                 "passages": [node_to_passage(n) for n in rag_response.source_nodes],
-                "direct_answer": direct, "rag_answer": rag_response.response}
+                "direct_answer": direct, "rag_answer": rag_response.response,
+                "metadata": metadata}
         # Prepared once, so that core errors name the LlamaIndex arguments.
         prepared = self.tm.prepare(item, names={"question": "query", "passages": nodes_field,
                                                 "direct_answer": "direct", "rag_answer": "rag"})
@@ -265,6 +294,7 @@ class TrustMarginArbiter:
         rag: Response | StreamingResponse | PydanticResponse | str | None,
         *,
         source_nodes: Sequence[NodeWithScore] | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> Response:
         """Arbitrate and return the chosen answer as a ``Response``.
 
@@ -276,13 +306,15 @@ class TrustMarginArbiter:
                 takes them from ``source_nodes``; None lets the scorer model generate it.
             source_nodes: the evidence, when not taken from ``rag`` (empty: no evidence, the
                 closed-book answer is kept).
+            metadata: JSON data copied to the Decision's ``metadata`` (the audit record),
+                e.g. what the inner engine did.
 
         Raises:
             InvalidInputError: naming the argument (``query``, ``direct``, ``rag``,
                 ``rag.source_nodes[2]``...) and the fix.
         """
         item, rag_response = self._prepare(query, _resolve(direct, "direct"),
-                                           _resolve(rag, "rag"), source_nodes)
+                                           _resolve(rag, "rag"), source_nodes, metadata)
         return self._result(self._decide(item), rag_response)
 
     @dispatcher.span
@@ -293,11 +325,12 @@ class TrustMarginArbiter:
         rag: RESPONSE_TYPE | str | None,
         *,
         source_nodes: Sequence[NodeWithScore] | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> Response:
         """Async :meth:`arbitrate` (also takes ``AsyncStreamingResponse``); scoring runs in a
         worker thread so the event loop stays free."""
         item, rag_response = self._prepare(query, await _aresolve(direct, "direct"),
-                                           await _aresolve(rag, "rag"), source_nodes)
+                                           await _aresolve(rag, "rag"), source_nodes, metadata)
         decision = await asyncio.to_thread(self._decide, item)
         return self._result(decision, rag_response)
 
@@ -338,6 +371,29 @@ class TrustMarginQueryEngine(BaseQueryEngine):
       changeable with ``update_prompts``) when ``llm`` is given; the inner engine's prompts
       appear under ``query_engine:...``.
 
+    Multi-step engines (LlamaIndex's ``FLAREInstructQueryEngine``, a
+    :class:`PipelineQueryEngine` over IRCoT...) answer from passages they gathered along the
+    way, and may return none at all (FLARE returns only the nodes of its own sub-queries). The
+    ``evidence`` option says what the answer is scored against:
+
+    - ``"response"`` (default): the inner response's source nodes; none means
+      ``no_evidence``, the closed-book answer.
+    - ``"retriever"``: the question's top-``k`` nodes from ``retriever`` (or, when it is
+      None, from the inner engine's own ``retrieve()``, which FLARE and
+      ``RetrieverQueryEngine`` provide), as in the paper: every RAG-side answer is judged on
+      the passages BM25-RAG would use. The response then carries these nodes.
+    - ``"response_or_retriever"``: the inner response's nodes, the retriever's when it has
+      none.
+
+    With ``evidence`` other than ``"response"`` or ``trace=True`` the Decision's
+    ``metadata["query_engine"]`` records what the inner engine did: its class, its raw
+    answer, its own source nodes (id, title, score), which evidence was scored and, with
+    ``trace=True``, the LlamaIndex instrumentation events of the inner query in order
+    (every ``llm.predict`` with its template arguments and output, e.g. FLARE's look-ahead
+    sentences; every retrieval and sub-query with its nodes; strings over 500 characters
+    are cut and say so). Over a :class:`PipelineQueryEngine`, ``metadata["pipeline"]`` is
+    the pipeline's trace.
+
     Args:
         query_engine: the existing engine (e.g. ``index.as_query_engine(llm=...)``).
         tm: the arbiter.
@@ -346,6 +402,12 @@ class TrustMarginQueryEngine(BaseQueryEngine):
             ``llm``; the paper's question-only prompt by default.
         include_prompts: attach rendered prompts to the Decision (None: ``tm.config``).
         callback_manager: defaults to the inner engine's.
+        evidence: ``"response"``, ``"retriever"`` or ``"response_or_retriever"`` (above).
+        retriever: the evidence retriever for the last two: a LlamaIndex retriever or a
+            project retriever (wrapped in a :class:`PassageRetriever` of ``k`` nodes).
+        k: at most this many evidence nodes from the retriever (default: all a LlamaIndex
+            retriever returns; ``tm.config.top_k`` for a project retriever).
+        trace: record the inner engine's instrumentation events in the Decision.
     """
 
     def __init__(
@@ -357,6 +419,10 @@ class TrustMarginQueryEngine(BaseQueryEngine):
         closed_book_prompt: str | BasePromptTemplate | None = None,
         include_prompts: bool | None = None,
         callback_manager: CallbackManager | None = None,
+        evidence: str = "response",
+        retriever: BaseRetriever | Retriever | None = None,
+        k: int | None = None,
+        trace: bool = False,
     ) -> None:
         if not isinstance(query_engine, BaseQueryEngine):
             raise InvalidInputError("query_engine", f"is a {type(query_engine).__name__}",
@@ -371,6 +437,10 @@ class TrustMarginQueryEngine(BaseQueryEngine):
         self.closed_book_prompt = _as_prompt(closed_book_prompt or QUESTION_ONLY_TEMPLATE,
                                              "closed_book_prompt")
         self.arbiter = TrustMarginArbiter(tm, include_prompts=include_prompts)
+        self.evidence, self.retriever, self.k = _evidence_source(evidence, retriever, k, tm)
+        self.trace = bool(trace)
+        if self.trace:
+            _install_trace_collector()
         super().__init__(callback_manager or getattr(query_engine, "callback_manager", None))
 
     @property
@@ -405,21 +475,83 @@ class TrustMarginQueryEngine(BaseQueryEngine):
         return await self.llm.apredict(self.closed_book_prompt,
                                        question=query_bundle.query_str)
 
-    async def _ainner(self, query_bundle: QueryBundle) -> tuple[Any, Any]:
-        """The inner engine's raw response and its text, streamed to the end."""
-        raw = await self.query_engine.aquery(query_bundle)
-        return raw, await _aresolve(raw, "query_engine.aquery()")
+    async def _ainner(self, query_bundle: QueryBundle
+                      ) -> tuple[Any, Any, list[dict[str, Any]] | None]:
+        """The inner engine's raw response, its text streamed to the end, and its trace."""
+        # Set inside this task, whose context is its own: the concurrent closed-book call
+        # is not recorded.
+        with _capture(self.trace) as trace:
+            raw = await self.query_engine.aquery(query_bundle)
+            rag = await _aresolve(raw, "query_engine.aquery()")
+        return raw, rag, None if trace is None else trace.steps
+
+    def _needs_retrieval(self, rag: Any) -> bool:
+        if self.evidence == "response":
+            return False
+        return self.evidence == "retriever" or not getattr(rag, "source_nodes", None)
+
+    def _retrieved(self, nodes: Sequence[NodeWithScore]) -> list[NodeWithScore]:
+        return list(nodes) if self.k is None else list(nodes)[:self.k]
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        """The question's top nodes: from ``retriever``, else from the inner engine."""
+        if self.retriever is not None:
+            return self._retrieved(self.retriever.retrieve(query_bundle))
+        try:
+            return self._retrieved(self.query_engine.retrieve(query_bundle))
+        except NotImplementedError:
+            raise _no_retrieve(self.query_engine) from None
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        if self.retriever is not None:
+            return self._retrieved(await self.retriever.aretrieve(query_bundle))
+        aretrieve = getattr(self.query_engine, "aretrieve", None)
+        try:
+            nodes = (await aretrieve(query_bundle) if aretrieve is not None
+                     else await asyncio.to_thread(self.query_engine.retrieve, query_bundle))
+        except NotImplementedError:
+            raise _no_retrieve(self.query_engine) from None
+        return self._retrieved(nodes)
+
+    def _record(self, rag: Any, retrieved: bool, trace: list[dict[str, Any]] | None
+                ) -> dict[str, Any] | None:
+        """What goes into the Decision's metadata about the inner engine (None: nothing)."""
+        out: dict[str, Any] = {}
+        if self.trace or self.evidence != "response":
+            response = rag if isinstance(rag, Response) else None
+            inner: dict[str, Any] = {
+                "engine": type(self.query_engine).__name__,
+                "answer": response.response if response is not None else rag,
+                "source_nodes": ([_node_ref(n) for n in response.source_nodes]
+                                 if response is not None else []),
+                "evidence": "retriever" if retrieved else "response",
+            }
+            if trace is not None:
+                inner["trace"] = trace
+            out["query_engine"] = inner
+        if isinstance(self.query_engine, PipelineQueryEngine) and isinstance(rag, Response):
+            pipeline = (rag.metadata or {}).get(PIPELINE_METADATA_KEY)
+            if isinstance(pipeline, Mapping):
+                out[PIPELINE_METADATA_KEY] = dict(pipeline)
+        return out or None
 
     def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
-        raw = self.query_engine.query(query_bundle)
-        rag = _resolve(raw, "query_engine.query()")
+        with _capture(self.trace) as trace:
+            raw = self.query_engine.query(query_bundle)
+            rag = _resolve(raw, "query_engine.query()")
         direct = self._closed_book(query_bundle)
-        return _like(raw, self.arbiter.arbitrate(query_bundle, direct, rag))
+        nodes = self._retrieve(query_bundle) if self._needs_retrieval(rag) else None
+        metadata = self._record(rag, nodes is not None, None if trace is None else trace.steps)
+        return _like(raw, self.arbiter.arbitrate(query_bundle, direct, rag, source_nodes=nodes,
+                                                 metadata=metadata))
 
     async def _aquery(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
-        (raw, rag), direct = await asyncio.gather(self._ainner(query_bundle),
-                                                  self._aclosed_book(query_bundle))
-        return _like(raw, await self.arbiter.aarbitrate(query_bundle, direct, rag))
+        (raw, rag, trace), direct = await asyncio.gather(self._ainner(query_bundle),
+                                                         self._aclosed_book(query_bundle))
+        nodes = await self._aretrieve(query_bundle) if self._needs_retrieval(rag) else None
+        metadata = self._record(rag, nodes is not None, trace)
+        return _like(raw, await self.arbiter.aarbitrate(query_bundle, direct, rag,
+                                                        source_nodes=nodes, metadata=metadata))
 
 
 # -- the core pipeline as a query engine -------------------------------------------------------
@@ -601,3 +733,283 @@ class LocalLLM(CustomLLM):
             yield CompletionResponse(text=text, delta=text)
 
         return gen()
+
+
+# -- multi-step engines: evidence, traces, pipelines, FLARE ------------------------------------
+
+EVIDENCE_MODES = ("response", "retriever", "response_or_retriever")
+"""What :class:`TrustMarginQueryEngine` scores the inner answer against (its ``evidence``)."""
+
+PIPELINE_METADATA_KEY = "pipeline"
+"""The key of a pipeline's trace in :class:`PipelineQueryEngine`'s ``Response.metadata`` and
+in the Decision's ``metadata``."""
+
+_TRACE_TEXT_LIMIT = 500
+
+
+def _evidence_source(evidence: Any, retriever: Any, k: Any, tm: TrustMargin
+                     ) -> tuple[str, BaseRetriever | None, int | None]:
+    """Check ``TrustMarginQueryEngine``'s evidence options; a project retriever is wrapped."""
+    if evidence not in EVIDENCE_MODES:
+        raise InvalidInputError("evidence", f"is {evidence!r}",
+                                f"use one of {list(EVIDENCE_MODES)}")
+    if evidence == "response" and (retriever is not None or k is not None):
+        raise InvalidInputError("retriever" if retriever is not None else "k",
+                                "is only used with evidence='retriever' or "
+                                "'response_or_retriever'",
+                                "pass evidence='retriever' to score against the question's "
+                                "top-k passages, or drop it")
+    if k is not None:
+        retrieve_batch(_Retrieved([]), [], k)  # the core's check of k, before any query
+    if retriever is None or isinstance(retriever, BaseRetriever):
+        return evidence, retriever, k
+    if not callable(getattr(retriever, "search", None)):
+        raise InvalidInputError("retriever", f"a {type(retriever).__name__} is neither a "
+                                "LlamaIndex retriever nor has a search(query, k) method",
+                                "pass a LlamaIndex retriever, a BM25Index or any object with "
+                                "search(query, k)")
+    return evidence, PassageRetriever(retriever, tm.config.top_k if k is None else k), k
+
+
+def _no_retrieve(engine: BaseQueryEngine) -> InvalidInputError:
+    return InvalidInputError("retriever", f"is needed: a {type(engine).__name__} cannot "
+                             "retrieve the question's passages itself",
+                             "pass retriever=... (e.g. the PassageRetriever its inner engine "
+                             "uses) to TrustMarginQueryEngine")
+
+
+def _node_ref(node: NodeWithScore) -> dict[str, Any]:
+    """What a trace keeps of a node: id, title and score (the text is in the index)."""
+    title = node.node.metadata.get("title")
+    score = node.score if node.score is None or math.isfinite(node.score) else None
+    return {"id": node.node.node_id, "title": title if isinstance(title, str) else "",
+            "score": score}
+
+
+def _short(value: Any) -> Any:
+    """A JSON value for a trace: long strings are cut, and say by how much."""
+    if value is None or isinstance(value, (bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    text = value if isinstance(value, str) else str(value)
+    if len(text) > _TRACE_TEXT_LIMIT:
+        return f"{text[:_TRACE_TEXT_LIMIT]}... [cut: {len(text)} characters]"
+    return text
+
+
+def _query_text(value: Any) -> str:
+    return value.query_str if isinstance(value, QueryBundle) else str(value)
+
+
+def _response_text(value: Any) -> Any:
+    if isinstance(value, Response):
+        return value.response
+    if isinstance(value, (StreamingResponse, AsyncStreamingResponse)):
+        return value.response_txt
+    return str(value)
+
+
+@dataclass
+class _Trace:
+    """The steps of one inner query, from LlamaIndex's instrumentation events."""
+
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    pending: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def add(self, event: BaseEvent) -> None:
+        if isinstance(event, LLMPredictStartEvent):
+            # Paired with its end event by span: concurrent predicts do not mix.
+            args = event.template_args or {}
+            self.pending[str(event.span_id)] = {str(key): _short(value)
+                                                for key, value in args.items()}
+        elif isinstance(event, LLMPredictEndEvent):
+            self.steps.append({"event": "llm_predict",
+                               "args": self.pending.pop(str(event.span_id), {}),
+                               "output": event.output})
+        elif isinstance(event, RetrievalEndEvent):
+            self.steps.append({"event": "retrieve",
+                               "query": _short(_query_text(event.str_or_query_bundle)),
+                               "nodes": [_node_ref(n) for n in event.nodes]})
+        elif isinstance(event, QueryEndEvent):
+            response = event.response
+            self.steps.append({"event": "query", "query": _short(_query_text(event.query)),
+                               "answer": _short(_response_text(response)),
+                               "source_nodes": [_node_ref(n) for n in
+                                                getattr(response, "source_nodes", None) or []]})
+
+
+_ACTIVE_TRACE: ContextVar[_Trace | None] = ContextVar("trustmargin_llama_trace", default=None)
+
+
+class _TraceCollector(BaseEventHandler):
+    """Root event handler that hands events to the trace of the current context, if any.
+
+    It is installed once, the first time an engine asks for traces, and does nothing outside
+    a :func:`_capture` block (one context variable lookup per event).
+    """
+
+    @classmethod
+    def class_name(cls) -> str:
+        """Handler name, as LlamaIndex lists it."""
+        return "TrustMarginTraceCollector"
+
+    def handle(self, event: BaseEvent, **kwargs: Any) -> None:
+        """Record ``event`` in the active trace."""
+        trace = _ACTIVE_TRACE.get()
+        if trace is not None:
+            trace.add(event)
+
+
+_COLLECTOR_LOCK = threading.Lock()
+_COLLECTOR: list[_TraceCollector] = []
+
+
+def _install_trace_collector() -> None:
+    with _COLLECTOR_LOCK:
+        if not _COLLECTOR:
+            _COLLECTOR.append(_TraceCollector())
+            instrument.get_dispatcher().add_event_handler(_COLLECTOR[0])
+
+
+@contextlib.contextmanager
+def _capture(on: bool) -> Iterator[_Trace | None]:
+    """Record the instrumentation events of the block (in this context) when ``on``."""
+    if not on:
+        yield None
+        return
+    trace = _Trace()
+    token = _ACTIVE_TRACE.set(trace)
+    try:
+        yield trace
+    finally:
+        _ACTIVE_TRACE.reset(token)
+
+
+class PipelineQueryEngine(BaseQueryEngine):
+    """A project pipeline (IRCoT, FLARE, CLeHe-RAG, DTR-RAG) as a LlamaIndex query engine.
+
+    The ``Response`` holds the pipeline's answer, the passages it was conditioned on as
+    source nodes (:func:`passage_to_node`) and its whole trace under
+    ``metadata["pipeline"]`` (``PipelineResult.to_metadata()``). Wrapped in
+    :class:`TrustMarginQueryEngine`, the pipeline's answer is the RAG-side candidate and its
+    trace lands in the Decision's ``metadata["pipeline"]``; pass
+    ``evidence="retriever", retriever=index`` there to score it against the question's
+    top-k passages, as the paper does, rather than against the passages it gathered.
+
+    Args:
+        pipeline: e.g. ``build_pipeline("ircot", tm.backend, index, k=3)``.
+        callback_manager: LlamaIndex callbacks.
+    """
+
+    def __init__(self, pipeline: Any, callback_manager: CallbackManager | None = None) -> None:
+        if not (isinstance(getattr(pipeline, "name", None), str)
+                and callable(getattr(pipeline, "run", None))):
+            raise InvalidInputError("pipeline", f"a {type(pipeline).__name__} is not a "
+                                    "pipeline (it needs name and run(question))",
+                                    "pass a pipeline from trustmargin_integrations.pipelines, "
+                                    "e.g. build_pipeline('ircot', tm.backend, index, k=3)")
+        self.pipeline = pipeline
+        super().__init__(callback_manager)
+
+    def _get_prompt_modules(self) -> PromptMixinType:
+        return {}
+
+    def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
+        question = query_bundle.query_str
+        if not isinstance(question, str) or not question.strip():
+            raise InvalidInputError("query", "is empty or whitespace",
+                                    "pass the user's question as text")
+        result = self.pipeline.run(question)
+        return Response(response=result.answer,
+                        source_nodes=[passage_to_node(p) for p in result.passages],
+                        metadata={PIPELINE_METADATA_KEY: result.to_metadata()})
+
+    async def _aquery(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
+        return await asyncio.to_thread(self._query, query_bundle)
+
+
+_SEARCH_TAG = re.compile(r"\[Search\((.*?)\)\]", re.DOTALL)
+_DONE = re.compile(r"\bdone\b", re.IGNORECASE)
+
+
+class SearchTagOutputParser(QueryTaskOutputParser):
+    """FLARE's query-task parser, reading only well-formed ``[Search(query)]`` tags.
+
+    The stock parser treats every ``[``...``]`` pair as a tag and raises (``IndexError``,
+    ``UnboundLocalError``) on a bracket without ``(``, or on a ``]`` before any ``[``; a
+    small model writes such brackets (SmolLM2-135M answered ``... the [Zelvora Bridge
+    Design] company``), which aborts the query. Other brackets are text here.
+    """
+
+    def parse(self, output: str) -> list[QueryTask]:
+        """The search tasks of ``output`` (tag start, and end index of its ``]``)."""
+        return [QueryTask(match.group(1).strip(), match.start(), match.end() - 1)
+                for match in _SEARCH_TAG.finditer(output) if match.group(1).strip()]
+
+
+class SearchOrDoneOutputParser(IsDoneOutputParser):
+    """FLARE's "is the answer done?" check, for short answers from a small model.
+
+    A look-ahead with a ``[Search(...)]`` tag is never done (the tag is searched first).
+    Otherwise it is done when it holds the word ``done`` (removed from the answer) or, with
+    ``stop_without_search`` (the default), when it is a sentence that asked for no search:
+    for a short-answer question that sentence is the answer. The stock parser matches the
+    substring "done" anywhere ("Donetsk", "abandoned") and ignores its ``is_done_fn``; a
+    small model never writes "done", so the stock loop runs to ``max_iterations`` and
+    appends a near copy of the sentence each time.
+    """
+
+    def __init__(self, stop_without_search: bool = True) -> None:
+        super().__init__()
+        self.stop_without_search = stop_without_search
+
+    def parse(self, output: str) -> tuple[bool, str]:
+        """``(done, answer text)`` for one look-ahead."""
+        if _SEARCH_TAG.search(output):
+            return False, output
+        if _DONE.search(output):
+            return True, " ".join(_DONE.sub(" ", output).split())
+        return (True, output.strip()) if self.stop_without_search else (False, output)
+
+
+def build_flare_engine(
+    query_engine: BaseQueryEngine,
+    llm: LLM,
+    *,
+    max_iterations: int = 3,
+    stop_without_search: bool = True,
+    **kwargs: Any,
+) -> FLAREInstructQueryEngine:
+    """LlamaIndex's ``FLAREInstructQueryEngine`` set up to run on a small local model.
+
+    Three parts are swapped (each can still be passed in ``kwargs``), nothing else:
+
+    - ``query_task_output_parser``: :class:`SearchTagOutputParser` (stray brackets no longer
+      raise);
+    - ``done_output_parser``: :class:`SearchOrDoneOutputParser` (the word "done", or a
+      sentence without a search, ends the answer);
+    - ``lookahead_answer_inserter``: LlamaIndex's own ``DirectLookaheadAnswerInserter``,
+      which puts the sub-query's answer in place of its tag. The default LLM inserter asks
+      the model to rewrite the sentence with a long instruction; SmolLM2-135M answered that
+      with text about the instruction ("The lookahead template may contain multiple ..."),
+      even when there was nothing to insert.
+
+    A small model rarely writes ``[Search(...)]`` tags, so FLARE often answers without
+    retrieving and returns no source nodes; wrap the engine with
+    ``TrustMarginQueryEngine(..., evidence="retriever")`` to score its answer against the
+    question's top-k passages.
+
+    Args:
+        query_engine: the engine FLARE sends its search queries to (e.g. a
+            ``RetrieverQueryEngine`` over a :class:`PassageRetriever`).
+        llm: the LLM that writes the look-ahead sentences (e.g. :class:`LocalLLM`).
+        max_iterations: most look-ahead rounds (FLARE's default is 10).
+        stop_without_search: see :class:`SearchOrDoneOutputParser`.
+        kwargs: other ``FLAREInstructQueryEngine`` arguments.
+    """
+    kwargs.setdefault("query_task_output_parser", SearchTagOutputParser())
+    kwargs.setdefault("done_output_parser", SearchOrDoneOutputParser(stop_without_search))
+    kwargs.setdefault("lookahead_answer_inserter", DirectLookaheadAnswerInserter())
+    return FLAREInstructQueryEngine(query_engine, llm=llm, max_iterations=max_iterations,
+                                    **kwargs)
