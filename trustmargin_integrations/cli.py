@@ -64,7 +64,7 @@ EsIndexOpt = Annotated[str, typer.Option("--es-index", help="Elasticsearch index
 
 def _load(model: str, device: str | None, dtype: str | None, *, remote_url: str | None = None,
           remote_model: str | None = None, concurrency: int = 8,
-          calibration: str | None = None, **config: Any) -> Any:
+          calibration: Any = None, **config: Any) -> Any:
     from trustmargin_integrations.arbiter import TrustMargin
 
     settings = _config(**config)
@@ -82,9 +82,10 @@ def _load(model: str, device: str | None, dtype: str | None, *, remote_url: str 
                                            calibration=fitted)
 
 
-def _calibration(value: str | None, model: str, config: dict[str, Any]) -> Any:
-    """The calibration a --calibration option names (None without one), before any model
-    loads; giving --tau or --lambda-bind as well is ambiguous, so it is an error."""
+def _calibration(value: Any, model: str, config: dict[str, Any]) -> Any:
+    """The calibration a --calibration option names (None without one; a loaded one as it
+    is), before any model loads; giving --tau or --lambda-bind as well is ambiguous, so it
+    is an error."""
     if value is None:
         return None
     from trustmargin_integrations.evaluation.calibration import Calibration
@@ -297,7 +298,7 @@ def score(
         input, output, keyed,
         lambda: _load(model, device, dtype, remote_url=remote_url, remote_model=remote_model,
                       concurrency=concurrency, batch_size=batch_size,
-                      include_prompts=include_prompts, calibration=calibration, **rule),
+                      include_prompts=include_prompts, calibration=fitted, **rule),
         batch_size=batch_size, on_reuse=told,
     )
     console.print(f"{report.records} decisions in {escape(str(report.output))} "

@@ -68,6 +68,7 @@ from trustmargin_integrations.prompts import (
 )
 from trustmargin_integrations.retrieval.base import Retriever, retrieve_batch
 from trustmargin_integrations.schema import Decision, Passage
+from trustmargin_integrations.validation import check_question
 
 __all__ = [
     "MARGINS_EVENT",
@@ -790,10 +791,7 @@ def _pipeline_question(value: Any, where: str | None = None) -> str:
     """The question of a chain or pipeline input; a blank one is refused before any model
     call (a pipeline would otherwise spend its steps on it)."""
     try:
-        question = _question_of(value)
-        if not question.strip():
-            raise InvalidInputError("question", "is empty or whitespace",
-                                    "pass the user's question as text")
+        question = check_question(_question_of(value))
     except InvalidInputError as exc:
         if where is None:
             raise

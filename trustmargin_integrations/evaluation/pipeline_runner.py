@@ -28,12 +28,11 @@ from tqdm.auto import tqdm
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.datasets import EvalExample
-from trustmargin_integrations.evaluation.runner import EvalRecord, settings_for
+from trustmargin_integrations.evaluation.runner import EvalRecord, example_key, settings_for
 from trustmargin_integrations.pipelines import PIPELINES, build_pipeline
-from trustmargin_integrations.prompts import PROMPT_VERSION
 from trustmargin_integrations.retrieval.base import Retriever
 from trustmargin_integrations.schema import Decision
-from trustmargin_integrations.store import ResultStore, cache_key
+from trustmargin_integrations.store import ResultStore
 
 BASELINE = "bm25"
 """The main run's own RAG candidate (BM25-RAG), always part of a complementarity table."""
@@ -60,14 +59,6 @@ def parse_pipelines(spec: str) -> list[str]:
                                 "use a comma-separated list of "
                                 f"{[BASELINE, *sorted(PIPELINES)]}")
     return list(dict.fromkeys(n for n in names if n != BASELINE))
-
-
-def _key(tm: TrustMargin, rec: EvalRecord, name: str, params: Mapping[str, Any],
-         settings: Mapping[str, Any]) -> str:
-    return cache_key(model_id=tm.backend.model_id, prompt_version=PROMPT_VERSION,
-                     question=rec.example.question, passages=rec.passages,
-                     settings={**settings, "pipeline": name, "pipeline_params": dict(params)},
-                     direct_answer=rec.decision.direct_answer)
 
 
 def run_pipeline(
@@ -97,7 +88,9 @@ def run_pipeline(
     """
     pipeline = build_pipeline(name, tm.backend, retriever, **dict(params or {}))
     settings = settings_for(tm, top_k=top_k, dtype=dtype, retrieval="pipeline").as_dict()
-    keys = [_key(tm, rec, name, pipeline.params(), settings) for rec in records]
+    keyed = {**settings, "pipeline": name, "pipeline_params": pipeline.params()}
+    keys = [example_key(tm, keyed, rec.example.question, rec.passages,
+                        rec.decision.direct_answer) for rec in records]
     pending = [i for i, k in enumerate(keys) if k not in store]
     size = batch_size or tm.config.batch_size
     with tqdm(total=len(records), initial=len(records) - len(pending), desc=name, unit="q",

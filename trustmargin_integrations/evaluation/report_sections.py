@@ -311,14 +311,12 @@ def multi_candidate_answer(decisions: Sequence[Decision]) -> str:
     :func:`~trustmargin_integrations.margins.decide_among`).
     """
     first = decisions[0]
-    if any(d.reason == "no_evidence" for d in decisions):
-        return first.direct_answer
     blank = [d.reason in ("rag_answer_blank", "both_answers_blank") for d in decisions]
     agree = [d.reason == "answers_agree" for d in decisions]
     direct_blank = any(d.reason in ("direct_answer_blank", "both_answers_blank")
                        for d in decisions)
-    verdict = settle_among(has_evidence=True, direct_blank=direct_blank, rag_blank=blank,
-                           agree_unscored=agree)
+    verdict = settle_among(has_evidence=all(d.reason != "no_evidence" for d in decisions),
+                           direct_blank=direct_blank, rag_blank=blank, agree_unscored=agree)
     if verdict is None:
         margins = [(d.m_prior, d.m_bind) if d.m_prior is not None and d.m_bind is not None
                    else (0.0, 0.0) if a else None for d, a in zip(decisions, agree, strict=True)]

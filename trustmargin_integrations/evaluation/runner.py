@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -139,10 +139,13 @@ class _Pending:
 ChunkCallback = Callable[[int, int], None]
 
 
-def _key(tm: TrustMargin, settings: RunSettings, question: str, passages: Sequence[str],
-         direct_answer: str | None) -> str:
+def example_key(tm: TrustMargin, settings: Mapping[str, Any], question: str,
+                passages: Sequence[str], direct_answer: str | None) -> str:
+    """The cache key of one example's result under ``tm`` (model and prompt version) and the
+    run's ``settings`` (:meth:`RunSettings.as_dict`, plus whatever else the result depends
+    on, e.g. a pipeline and its parameters)."""
     return cache_key(model_id=tm.backend.model_id, prompt_version=PROMPT_VERSION,
-                     question=question, passages=passages, settings=settings.as_dict(),
+                     question=question, passages=passages, settings=settings,
                      direct_answer=direct_answer)
 
 
@@ -208,8 +211,8 @@ def run_eval(
     for ex, (passages, seconds) in zip(examples, fetched, strict=True):
         # No passage is a legitimate outcome: the Decision records "no_evidence".
         texts = [p.as_context() for p in passages]
-        keyed.append(_Pending(ex, _key(tm, settings, ex.question, texts, None), texts,
-                              seconds, None, list(passages)))
+        key = example_key(tm, settings.as_dict(), ex.question, texts, None)
+        keyed.append(_Pending(ex, key, texts, seconds, None, list(passages)))
     pending = [p for p in keyed if p.key not in store]
     bar = tqdm(total=len(keyed), initial=len(keyed) - len(pending), desc="eval", unit="q",
                disable=not progress, dynamic_ncols=True)
@@ -240,7 +243,7 @@ def cached_records(
     out = []
     for ex, (passages, seconds) in zip(examples, source.fetch(examples, top_k), strict=True):
         texts = [p.as_context() for p in passages]
-        key = _key(tm, settings, ex.question, texts, None)
+        key = example_key(tm, settings.as_dict(), ex.question, texts, None)
         if key not in store:
             raise InvalidInputError(f"{ex.dataset}[{ex.id}]", "is not in the cache",
                                     "run the evaluation for it first")
@@ -325,7 +328,7 @@ def run_noise(
             noisy = inject_noise(rec.passages, pool, min(level, len(rec.passages)), seed=seed,
                                  example_id=f"{rec.example.dataset}:{rec.example.id}")
             direct = rec.decision.direct_answer
-            key = _key(tm, settings, rec.example.question, noisy, direct)
+            key = example_key(tm, settings.as_dict(), rec.example.question, noisy, direct)
             planned.append((rec, level, key))
             if key not in store and all(p.key != key for p in pending):
                 pending.append(_Pending(rec.example, key, noisy, 0.0, direct))

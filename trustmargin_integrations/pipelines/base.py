@@ -23,6 +23,7 @@ from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.prompts import build_context, format_passage, join_passages
 from trustmargin_integrations.retrieval.base import Retriever, retrieve_batch
 from trustmargin_integrations.schema import Passage, PassageRef
+from trustmargin_integrations.validation import check_question
 
 # -- the trace ---------------------------------------------------------------------------------
 
@@ -200,16 +201,13 @@ def check_float(name: str, value: Any, low: float | None = None, high: float | N
 
 
 def check_questions(questions: Sequence[str]) -> list[str]:
-    """The questions as a list; each must be a non-blank string."""
+    """The questions as a list, each checked as the arbiter checks a question
+    (:func:`~trustmargin_integrations.validation.check_question`: a string with a visible
+    character, control characters removed, stripped)."""
     if isinstance(questions, str):
         raise InvalidInputError("questions", "is a single string",
                                 "pass a list of questions (or call run(question))")
-    out = list(questions)
-    for i, q in enumerate(out):
-        if not isinstance(q, str) or not q.strip():
-            raise InvalidInputError(f"questions[{i}]", "is empty or not a string",
-                                    "pass non-blank question strings")
-    return out
+    return [check_question(q, f"questions[{i}]") for i, q in enumerate(questions)]
 
 
 # -- shared machinery ---------------------------------------------------------------------------
