@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.cli import register
-from trustmargin_integrations.evaluation.datasets import load_dataset, load_examples
+from trustmargin_integrations.evaluation.datasets import EvalExample, load_dataset, load_examples
+from trustmargin_integrations.evaluation.pipeline_runner import first_of_each_type
 
 # The benchmark data lies beside the repository (../shared/data/raw) unless told otherwise.
 DATA_DIR = Path(os.environ.get("TRUSTMARGIN_DATA")
@@ -81,3 +82,20 @@ def test_bad_cli_input_is_a_clear_error_before_any_model_load(
     result = CliRunner().invoke(_app(), args)
     assert result.exit_code == 2
     assert message in result.output
+
+
+def test_pipeline_subset_takes_each_question_type_in_turn() -> None:
+    """2Wiki's ids interleave its types unevenly; a short pipeline run takes them in turn."""
+    wiki = load_dataset("2wiki", DATA_DIR)
+
+    def kind(e: EvalExample) -> str:
+        return e.meta["type"]
+
+    chosen = first_of_each_type(wiki, 6, kind)
+    assert [kind(e) for e in chosen] == ["compositional", "comparison"] * 3
+    by_type = {t: [e for e in wiki if kind(e) == t] for t in ("compositional", "comparison")}
+    assert [e.id for e in chosen[::2]] == [e.id for e in by_type["compositional"][:3]]
+    assert [e.id for e in chosen[1::2]] == [e.id for e in by_type["comparison"][:3]]
+    assert first_of_each_type(wiki, None, kind) == list(wiki)
+    cwq = load_dataset("cwq", DATA_DIR)  # one type: the plain head
+    assert first_of_each_type(cwq, 5, lambda e: e.meta.get("type", "")) == list(cwq[:5])

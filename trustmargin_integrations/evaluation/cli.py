@@ -123,7 +123,8 @@ def eval_command(
         help="Also run these RAG pipelines as candidates and arbitrate each against Direct, "
              "e.g. bm25,ircot,flare,clehe,dtr (bm25 is the main run).")] = "",
     pipeline_limit: Annotated[int | None, typer.Option(
-        help="Run the pipelines on the first N questions of each dataset (default: all).")
+        help="Run the pipelines on the first N questions of each dataset, taken in turn "
+             "from each question type (default: all).")
     ] = None,
     pipeline_corpus: Annotated[Path | None, typer.Option(
         help="Corpus the pipelines search (default: every passage the dataset ships).")
@@ -218,11 +219,14 @@ def _run_pipelines(
     tm: object, records: list[EvalRecord], all_examples: list[EvalExample], store: object,
     plan: tuple[list[str], int | None, Path | None], *, top_k: int, batch_size: int,
 ) -> tuple[dict[str, list[PipelineRecord]], dict[str, dict[str, object]]]:
-    """Run each planned pipeline on the first records; their results and manifest info."""
+    """Run each planned pipeline on the first records of each type; results and manifest info."""
     names, limit, corpus = plan
     if not names:
         return {}, {}
-    from trustmargin_integrations.evaluation.pipeline_runner import run_pipeline
+    from trustmargin_integrations.evaluation.pipeline_runner import (
+        first_of_each_type,
+        run_pipeline,
+    )
     from trustmargin_integrations.retrieval.bm25 import BM25Index
 
     if corpus is not None:
@@ -233,7 +237,7 @@ def _run_pipelines(
             raise InvalidInputError("--pipeline-corpus", "is required: the dataset ships no "
                                     "passages to search", "pass --pipeline-corpus FILE")
         index, source = BM25Index.build(pool), "bm25 over the dataset's shipped passages"
-    chosen = records[:limit] if limit else records
+    chosen = first_of_each_type(records, limit, lambda r: r.example.meta.get("type", ""))
     out, info = {}, {}
     for name in names:
         typer.echo(f"pipeline {name}: {len(chosen)} questions, retrieving from {source}")

@@ -19,9 +19,9 @@ passages of all of its questions), or any corpus file given.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from tqdm.auto import tqdm
 
@@ -34,8 +34,26 @@ from trustmargin_integrations.retrieval.base import Retriever
 from trustmargin_integrations.schema import Decision
 from trustmargin_integrations.store import ResultStore
 
+T = TypeVar("T")
+
 BASELINE = "bm25"
 """The main run's own RAG candidate (BM25-RAG), always part of a complementarity table."""
+
+
+def first_of_each_type(items: Sequence[T], limit: int | None,
+                       type_of: Callable[[T], str]) -> list[T]:
+    """The first ``limit`` items, taken in turn from each question type (input order within a
+    type), so a short pipeline run keeps the types as balanced as the whole set: 2Wiki's 480
+    questions are 240 + 240, but its first 40 by id are 25 compositional and 15 comparison.
+    ``None`` keeps them all, in input order."""
+    if limit is None:
+        return list(items)
+    groups: dict[str, list[T]] = {}
+    for item in items:
+        groups.setdefault(type_of(item), []).append(item)
+    turns = [group[i] for i in range(max(map(len, groups.values()), default=0))
+             for group in groups.values() if i < len(group)]
+    return turns[:limit]
 
 
 @dataclass(frozen=True)
