@@ -359,7 +359,7 @@ def measure_throughput(backend: HFBackend, clock: Clock, memory: Memory, items: 
     memory.reset()
     tm_s, decisions = clock.time(lambda: tm.arbitrate_batch(inputs))
     mem = memory.read()
-    prep_s, prepared = clock.time(lambda: [tm.prepare(x) for x in inputs])
+    prep_s, prepared = clock.time(lambda: tm.prepare_batch(inputs))
     gen_s, _ = clock.time(lambda: generation_only(backend, tm, prepared, batch))
     n = len(inputs)
     return ({"batch_size": batch, "questions": n, "trustmargin_s": tm_s,

@@ -139,6 +139,42 @@ def test_unicode_and_control_characters(tm: TrustMargin) -> None:
     assert d.m is not None
 
 
+def test_control_characters_are_exactly_unicode_category_cc() -> None:
+    """The fast remover drops what the per-character Unicode lookup dropped, over every code
+    point (surrogates aside), keeping tab and line feed."""
+    import unicodedata
+
+    from trustmargin_integrations.validation import strip_controls
+
+    every = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF)
+    kept = "".join(ch for ch in every if ch in "\n\t" or unicodedata.category(ch) != "Cc")
+    assert strip_controls(every) == (kept, len(every) - len(kept))
+    assert len(every) - len(kept) == 63  # 65 Cc code points less tab and line feed
+
+
+def test_prepare_batch_equals_prepare_one_by_one(tm: TrustMargin) -> None:
+    """Preparing many inputs together (batched token counts) changes nothing: the same
+    contexts, views and warnings as one at a time; already prepared inputs pass through;
+    an error names the input's place."""
+    small = TrustMargin(tm.backend, TrustMarginConfig(max_context_tokens=40))
+    items = [{"question": "Who designed the Zelvora Bridge?", "passages": PASSAGES},
+             {"question": "q?", "passages": ["word " * 300], "direct_answer": "a"},
+             {"question": "Where is it?", "passages": [], "rag_answer": "Zelvora"},
+             {"question": "And then?", "passages": PASSAGES[::-1],
+              "rag_candidates": {"bm25": "x", "ircot": "y"}}]
+    one_by_one = [small.prepare(item) for item in items]
+    assert [p.context.truncated for p in one_by_one[:2]] == [False, True]
+    ready = small.prepare(items[0])
+    together = small.prepare_batch([*items, ready])
+    assert together[-1] is ready
+    for alone, batched in zip(one_by_one, together, strict=False):
+        assert (batched.context, batched.views) == (alone.context, alone.views)
+        assert batched.input.warnings == alone.input.warnings
+    with pytest.raises(InvalidInputError) as err:
+        small.prepare_batch([items[0], {"question": "", "passages": []}])
+    assert err.value.field.startswith("inputs[1].question")
+
+
 def test_passage_objects_are_accepted_and_recorded(tm: TrustMargin) -> None:
     p = Passage(id="z-1", title="Zelvora Bridge", text=PASSAGES[0], score=3.5)
     d = tm.arbitrate("Who designed it?", [p, PASSAGES[1]], direct_answer="x",

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
 import torch
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu.py"
@@ -93,3 +94,18 @@ def test_synthetic_passages_when_data_is_missing(tmp_path: Path) -> None:
     for item in items:
         assert item["question"] and item["passages"]
         assert sum(len(p.split()) + 3 for p in item["passages"]) <= 200
+
+
+def test_prepare_benchmark_prints_batched_and_single_paths_that_agree(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    spec = importlib.util.spec_from_file_location(
+        "trustmargin_prepare_benchmark", SCRIPT.with_name("prepare.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = module.main(["--questions", "6", "--context-tokens", "400", "--batch-sizes", "1",
+                        "4", "--repeats", "1"])
+    assert [r["batch_size"] for r in rows] == [1, 4]
+    assert all(r["same"] and r["batched_ms"] > 0 and r["one_ms"] > 0 for r in rows)
+    printed = capsys.readouterr().out
+    assert "| 4 |" in printed and "6 questions" in printed

@@ -13,6 +13,7 @@ from trustmargin_integrations.prompts import (
     QUESTION_CONTEXT_TEMPLATE,
     QUESTION_ONLY_TEMPLATE,
     build_context,
+    build_contexts,
     join_passages,
     view_texts,
 )
@@ -111,3 +112,35 @@ def test_context_builder_matches_brute_force_greedy(backend: HFBackend) -> None:
             assert built.num_tokens == backend.count_tokens(built.text) <= budget
         else:
             assert built.truncated and built.passages_used == 1
+
+
+def test_contexts_of_many_questions_are_built_in_two_tokenizer_calls(
+        backend: HFBackend) -> None:
+    """``build_contexts`` gives each question exactly what ``build_context`` gives it alone
+    (every budget case: all fit, some dropped, the first cut, no passages), while counting
+    every question's passage lines in one batched call and their joins in a second."""
+    import random
+
+    rng = random.Random(11)
+    words = ["Paris", "capital", "1987", "naïve", "\u6a4b", "—", "U.S.", "bridge", "'s", "…"]
+    lists = [[" ".join(rng.choice(words) for _ in range(rng.randint(1, 60)))
+              for _ in range(rng.randint(1, 12))] for _ in range(9)] + [[]]
+    budgets = [rng.choice((12, 50, 200, 4000)) for _ in lists]
+    calls: list[int] = []
+
+    def counting_batch(texts: list[str]) -> list[int]:
+        calls.append(len(texts))
+        return backend.count_tokens_batch(texts)
+
+    together = build_contexts(lists, budgets, backend.count_tokens, backend.truncate_tokens,
+                              counting_batch)
+    alone = [build_context(ps, backend.count_tokens, b, backend.truncate_tokens,
+                           backend.count_tokens_batch)
+             for ps, b in zip(lists, budgets, strict=True)]
+    assert together == alone
+    assert len(calls) == 2 and calls[0] == sum(map(len, lists))
+    kinds = {("cut" if c.truncated else "all" if c.passages_used == c.passages_given
+              else "some") for c in together}
+    assert kinds == {"cut", "all", "some"}  # the seed covers every case
+    with pytest.raises(ValueError, match="one budget per passage list"):
+        build_contexts(lists, budgets[:-1], backend.count_tokens)

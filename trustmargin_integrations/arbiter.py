@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tqdm.auto import tqdm
 
@@ -39,7 +39,12 @@ from trustmargin_integrations.margins import (
     decide_among,
     settle_among,
 )
-from trustmargin_integrations.prompts import PROMPT_VERSION, BuiltContext, build_context, view_texts
+from trustmargin_integrations.prompts import (
+    PROMPT_VERSION,
+    BuiltContext,
+    build_contexts,
+    view_texts,
+)
 from trustmargin_integrations.retrieval.base import Retriever, retrieve_batch
 from trustmargin_integrations.schema import (
     ArbitrationInput,
@@ -264,10 +269,8 @@ class TrustMargin:
         (``inputs[3].question``). An input already returned by :meth:`prepare` (an adapter
         that validated it under its own field names) is used as it is, not prepared again.
         """
-        prepared = [item if isinstance(item, PreparedQuestion)
-                    else self.prepare(item, where=f"inputs[{i}]")
-                    for i, item in enumerate(inputs)]
-        return self._arbitrate_prepared(prepared, include_prompts, progress=progress)
+        return self._arbitrate_prepared(self.prepare_batch(inputs), include_prompts,
+                                        progress=progress)
 
     # -- stages -----------------------------------------------------------------------------
 
@@ -280,53 +283,96 @@ class TrustMargin:
         ``where`` and ``names`` only change how errors name fields (see
         :func:`~.validation.validate_input`).
         """
-        valid = validate_input(item, where=where, names=names)
-        budget = self._context_budget(valid)
-        context = build_context(valid.passages, self.backend.count_tokens, budget,
-                                self.backend.truncate_tokens,
-                                getattr(self.backend, "count_tokens_batch", None))
-        if context.truncated:
-            valid.warnings.append(
-                f"passages[0]: cut to {context.num_tokens} tokens to fit the context budget "
-                f"of {budget} tokens"
-            )
-        elif context.passages_used < context.passages_given:
-            valid.warnings.append(
-                f"passages: used {context.passages_used} of {context.passages_given} to fit "
-                f"the context budget of {budget} tokens"
-            )
-        texts = view_texts(valid.question, context.text)
-        render = self.backend.render_prompt
-        views = ViewPrompts(**{v: render(getattr(texts, v)) for v in _VIEWS})
-        return PreparedQuestion(valid, context, views)
+        return self._prepare_valid([validate_input(item, where=where, names=names)])[0]
 
-    def _context_budget(self, valid: ValidInput) -> int:
-        """``max_context_tokens``, capped so the longest prompt plus generation fits the
-        model's window; a question that cannot fit at all is a typed error."""
-        budget = self.config.max_context_tokens
+    def prepare_batch(
+        self, inputs: Iterable[ArbitrationInput | Mapping[str, Any] | PreparedQuestion],
+    ) -> list[PreparedQuestion]:
+        """:meth:`prepare` for many inputs, tokenized together (results keep input order).
+
+        Every input is validated first; an error names its place (``inputs[3].question``).
+        An input already returned by :meth:`prepare` is kept as it is.
+        """
+        items = list(inputs)
+        valid = {i: validate_input(item, where=f"inputs[{i}]") for i, item in enumerate(items)
+                 if not isinstance(item, PreparedQuestion)}
+        fresh = dict(zip(valid, self._prepare_valid(list(valid.values())), strict=True))
+        return [fresh[i] if i in fresh else cast("PreparedQuestion", item)
+                for i, item in enumerate(items)]
+
+    def _prepare_valid(self, inputs: list[ValidInput]) -> list[PreparedQuestion]:
+        """Budgets, contexts and views of validated inputs, with one tokenizer call per stage
+        for all of them (see :func:`~.prompts.build_contexts`)."""
+        budgets = self._context_budgets(inputs)
+        contexts = build_contexts([valid.passages for valid in inputs], budgets,
+                                  self.backend.count_tokens, self.backend.truncate_tokens,
+                                  self._count_many)
+        prepared = []
+        for valid, budget, context in zip(inputs, budgets, contexts, strict=True):
+            if context.truncated:
+                valid.warnings.append(
+                    f"passages[0]: cut to {context.num_tokens} tokens to fit the context "
+                    f"budget of {budget} tokens"
+                )
+            elif context.passages_used < context.passages_given:
+                valid.warnings.append(
+                    f"passages: used {context.passages_used} of {context.passages_given} to "
+                    f"fit the context budget of {budget} tokens"
+                )
+            texts = view_texts(valid.question, context.text)
+            render = self.backend.render_prompt
+            views = ViewPrompts(**{v: render(getattr(texts, v)) for v in _VIEWS})
+            prepared.append(PreparedQuestion(valid, context, views))
+        return prepared
+
+    def _count_many(self, texts: Sequence[str]) -> list[int]:
+        """Token counts of many texts: one batched tokenizer call where the backend has one."""
+        batch = getattr(self.backend, "count_tokens_batch", None)
+        if batch is not None:
+            return list(batch(texts))
+        return [self.backend.count_tokens(text) for text in texts]
+
+    def _context_budgets(self, inputs: Sequence[ValidInput]) -> list[int]:
+        """Each input's ``max_context_tokens``, capped so its longest prompt plus generation
+        fits the model's window; a question that cannot fit at all is a typed error."""
         window = getattr(self.backend, "context_window", None)
         if not window:
-            return budget
-        texts = view_texts(valid.question, "")
-        count, render = self.backend.count_tokens, self.backend.render_prompt
+            return [self.config.max_context_tokens] * len(inputs)
+        render = self.backend.render_prompt
+        plans = []  # per input: its given candidates (field name, text) and its fixed prompts
+        texts: list[str] = []
+        for valid in inputs:
+            views = view_texts(valid.question, "")
+            given = [(valid.name(key), getattr(valid, key))
+                     for key in ("direct_answer", "rag_answer")]
+            given += [(valid.name("rag_candidates", f"[{i}]"), text)
+                      for i, (_, text) in enumerate(valid.rag_candidates or [])]
+            given = [(name, text) for name, text in given if text]
+            plans.append((len(texts), given))
+            texts += [render(views.question_only), render(views.question_context)]
+            texts += [text for _, text in given]
+        counts = self._count_many(texts)
+        return [self._capped_budget(valid, window, counts[at:at + 2 + len(given)], given)
+                for valid, (at, given) in zip(inputs, plans, strict=True)]
+
+    def _capped_budget(self, valid: ValidInput, window: int, counts: Sequence[int],
+                       given: Sequence[tuple[str, str]]) -> int:
+        """One input's budget from its counted prompts (question-only, question+empty
+        context) and given candidates."""
+        budget = self.config.max_context_tokens
         # A given candidate is scored after every prompt, so it needs the room that
         # generation would otherwise take (cleaning can only shorten it).
         answer = self.config.max_new_tokens
-        given_texts = [(valid.name(key), getattr(valid, key))
-                       for key in ("direct_answer", "rag_answer")]
-        given_texts += [(valid.name("rag_candidates", f"[{i}]"), text)
-                        for i, (_, text) in enumerate(valid.rag_candidates or [])]
-        for field_name, given in given_texts:
-            size = count(given) if given else 0
+        for (field_name, _), size in zip(given, counts[2:], strict=True):
             if size > window // 2:
                 raise InvalidInputError(
                     field_name,
                     f"is {size} tokens, too long to score in the model's {window}-token window",
                     "pass the short answer (a phrase), not a document")
             answer = max(answer, size)
-        question_only = count(render(texts.question_only))
+        question_only = counts[0]
         # The passage lines add a few separator tokens the empty context does not show.
-        fixed = count(render(texts.question_context)) + answer + 8
+        fixed = counts[1] + answer + 8
         if question_only + answer > window or window - fixed < 16:
             raise InvalidInputError(
                 valid.name("question"),

@@ -9,6 +9,7 @@ the user actually passed.
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,17 +20,22 @@ from pydantic import ValidationError
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.schema import ArbitrationInput, Passage, PassageRef
 
-_KEEP_CONTROL = {"\n", "\t"}
 FIELDS = tuple(ArbitrationInput.model_fields)
 
 NamedText = tuple[str | None, str]
 """A RAG candidate after validation: its name (None when given as a bare text) and text."""
 
 
+# Unicode's control characters (general category Cc) are exactly U+0000-U+001F and
+# U+007F-U+009F, a set the standard's stability policy keeps fixed; tab and line feed stay.
+# A regex over that set is about 30x faster than asking unicodedata per character (0.016 vs
+# 0.47 ms on a 7,000-character context), which was a fifth of prepare() in a profile.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
 def strip_controls(text: str) -> tuple[str, int]:
     """Remove control characters a tokenizer would mangle; return the text and the count."""
-    kept = [ch for ch in text if ch in _KEEP_CONTROL or unicodedata.category(ch) != "Cc"]
-    return "".join(kept), len(text) - len(kept)
+    return _CONTROLS.subn("", text)
 
 
 @dataclass
