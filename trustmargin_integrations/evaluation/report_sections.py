@@ -211,7 +211,7 @@ def complementarity(runs: Sequence[DatasetRun], label: Labeler
     names = list(dict.fromkeys(p for r in runs for p in r.pipelines))
     if not names:
         return [], {}
-    rows, summary = [], {}
+    rows, summary, note = [], {}, ""
     for pipe in ["bm25", *names]:
         groups: dict[str, dict[str, tuple[list[float], list[float]]]] = {}
         latency: list[tuple[float, float]] = []
@@ -240,6 +240,7 @@ def complementarity(runs: Sequence[DatasetRun], label: Labeler
         f1, em = boots["f1"], boots["em"]
         d_f1 = f1.differences["trustmargin - alone"]
         d_em = em.differences["trustmargin - alone"]
+        note = note or f1.note()  # every row is on the same questions
         per_q = sum(a for a, _ in latency) / len(latency)
         scoring = sum(b for _, b in latency) / len(latency)
         title = _PIPELINE_LABELS.get(pipe, pipe)
@@ -267,7 +268,7 @@ def complementarity(runs: Sequence[DatasetRun], label: Labeler
              "it is above tau; `margins.decide_among`), replayed from the same cached "
              "likelihoods; its delta is against BM25-RAG + TrustMargin. Oracle: the best of "
              "Direct and all candidates by the gold answer (an upper bound, no selector).", "",
-             "Deltas are paired bootstrap intervals (10,000 resamples, seed 0). 'pipeline s/q' "
+             f"Deltas: {note} 'pipeline s/q' "
              "is the candidate's own cost (BM25-RAG: retrieval and RAG generation); '+ scoring "
              "s/q' is what TrustMargin adds (the six likelihoods; the Direct answer is shared "
              "by every row). Seconds are this machine's, per question."]
