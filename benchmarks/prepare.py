@@ -21,28 +21,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
 sys.path.insert(1, str(Path(__file__).resolve().parent))
-from gpu import DEFAULT_DATA, as_input, load_items
+from gpu import DEFAULT_DATA, Clock, as_input, best_times, load_items
 
 from trustmargin_integrations import TrustMargin, TrustMarginConfig
-
-
-def best_pair(first: Callable[[], Any], second: Callable[[], Any], repeats: int
-              ) -> tuple[float, Any, float, Any]:
-    """The fastest of ``repeats`` interleaved runs of each function, with their results."""
-    best = [float("inf"), float("inf")]
-    results: list[Any] = [None, None]
-    for _ in range(repeats):
-        for slot, fn in enumerate((first, second)):
-            began = time.perf_counter()
-            results[slot] = fn()
-            best[slot] = min(best[slot], time.perf_counter() - began)
-    return best[0], results[0], best[1], results[1]
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, float]]:
@@ -59,14 +47,19 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, float]]:
         "smollm2-135m", config=TrustMarginConfig(max_context_tokens=args.context_tokens))
     items, source = load_items(tm.backend, args.data, args.questions, args.context_tokens)
     inputs = [as_input(item) for item in items]
-    rows, alone = [], []
+    clock = Clock(torch.device("cpu"))
+
+    def one_at_a_time() -> list[Any]:
+        return [tm.prepare(x) for x in inputs]
+
+    alone, rows = one_at_a_time(), []
     for size in args.batch_sizes:
         def batched(size: int = size) -> list[Any]:
             return [p for start in range(0, len(inputs), size)
                     for p in tm.prepare_batch(inputs[start:start + size])]
 
-        one_s, alone, batch_s, together = best_pair(
-            lambda: [tm.prepare(x) for x in inputs], batched, args.repeats)
+        one_s, batch_s = best_times(clock, [one_at_a_time, batched], args.repeats)
+        together = batched()
         same = all((a.context, a.views) == (b.context, b.views)
                    for a, b in zip(alone, together, strict=True))
         rows.append({"batch_size": size, "batched_ms": 1000 * batch_s / len(inputs),

@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -29,6 +30,7 @@ from trustmargin_integrations.backends.base import (
     ContinuationRequest,
     ContinuationScore,
     ModelSession,
+    count_tokens_many,
 )
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
@@ -306,7 +308,8 @@ class TrustMargin:
         budgets = self._context_budgets(inputs)
         contexts = build_contexts([valid.passages for valid in inputs], budgets,
                                   self.backend.count_tokens, self.backend.truncate_tokens,
-                                  self._count_many)
+                                  partial(count_tokens_many, self.backend))
+        render = self.backend.render_prompt
         prepared = []
         for valid, budget, context in zip(inputs, budgets, contexts, strict=True):
             if context.truncated:
@@ -320,17 +323,9 @@ class TrustMargin:
                     f"fit the context budget of {budget} tokens"
                 )
             texts = view_texts(valid.question, context.text)
-            render = self.backend.render_prompt
             views = ViewPrompts(**{v: render(getattr(texts, v)) for v in _VIEWS})
             prepared.append(PreparedQuestion(valid, context, views))
         return prepared
-
-    def _count_many(self, texts: Sequence[str]) -> list[int]:
-        """Token counts of many texts: one batched tokenizer call where the backend has one."""
-        batch = getattr(self.backend, "count_tokens_batch", None)
-        if batch is not None:
-            return list(batch(texts))
-        return [self.backend.count_tokens(text) for text in texts]
 
     def _context_budgets(self, inputs: Sequence[ValidInput]) -> list[int]:
         """Each input's ``max_context_tokens``, capped so its longest prompt plus generation
@@ -351,7 +346,7 @@ class TrustMargin:
             plans.append((len(texts), given))
             texts += [render(views.question_only), render(views.question_context)]
             texts += [text for _, text in given]
-        counts = self._count_many(texts)
+        counts = count_tokens_many(self.backend, texts)
         return [self._capped_budget(valid, window, counts[at:at + 2 + len(given)], given)
                 for valid, (at, given) in zip(inputs, plans, strict=True)]
 

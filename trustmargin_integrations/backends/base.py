@@ -112,3 +112,12 @@ class PlainSession:
 def plain_session(backend: Backend) -> Iterator[ModelSession]:
     """``Backend.session`` for engines with nothing to share between generation and scoring."""
     yield PlainSession(backend)
+
+
+def count_tokens_many(backend: Backend, texts: Sequence[str]) -> list[int]:
+    """Token counts of many texts: one batched tokenizer call where the backend has one
+    (``count_tokens_batch`` is optional, so a minimal backend counts one text at a time)."""
+    batch = getattr(backend, "count_tokens_batch", None)
+    if batch is not None:
+        return list(batch(texts))
+    return [backend.count_tokens(text) for text in texts]

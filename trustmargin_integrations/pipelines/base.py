@@ -14,11 +14,12 @@ import math
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 from tqdm.auto import tqdm
 
-from trustmargin_integrations.backends.base import Backend
+from trustmargin_integrations.backends.base import Backend, count_tokens_many
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.prompts import build_context, format_passage, join_passages
 from trustmargin_integrations.retrieval.base import Retriever, retrieve_batch
@@ -288,7 +289,7 @@ class BasePipeline:
         texts = [p.as_context() for p in passages]
         built = build_context(texts, self.backend.count_tokens, budget,
                               self.backend.truncate_tokens,
-                              getattr(self.backend, "count_tokens_batch", None))
+                              partial(count_tokens_many, self.backend))
         kept = list(passages[:built.passages_used])
         if built.truncated:
             # build_context cut the first passage's "title: text" line; keep what is left of
