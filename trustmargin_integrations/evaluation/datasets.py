@@ -7,7 +7,7 @@ Two local formats are understood (both JSON lists):
 * question sets with precomputed passages ``{test_id, question, answer, passages[, type]}``,
   e.g. PRAG's BM25 top-3 DPR-wiki passages.
 
-Named datasets (``cwq``, ``2wiki``) resolve to those files under a data directory laid out as
+Named datasets (``cwq``, ``2wiki``, ``hotpotqa``) resolve to those files under a data directory laid out as
 ``trustmargin/``, ``prag/`` and ``hipporag/`` (see :data:`NAMED_DATASETS`). Data is always read
 from where it lies; nothing is copied.
 
@@ -62,6 +62,12 @@ NAMED_DATASETS: dict[str, NamedDataset] = {
         corpus="hipporag/2wikimultihopqa_corpus.json",
         description="2WikiMultihopQA dev (compositional + comparison) with BM25 top-3 "
                     "DPR-wiki passages",
+    ),
+    "hotpotqa": NamedDataset(
+        files=("prag/hotpotqa_bridge.json", "prag/hotpotqa_comparison.json"),
+        corpus=None,
+        description="HotpotQA dev (bridge + comparison) with BM25 top-3 DPR-wiki passages: "
+                    "a retrieval-dominant domain the paper does not use",
     ),
     "cwq-1000": NamedDataset(
         files=("trustmargin/complexwebquestions_dev.json",),
@@ -214,6 +220,11 @@ DOWNLOADS: dict[str, str] = {
         "llama3.2-1b-instruct/compositional.json",
     "prag/2wikimultihopqa_comparison.json":
         f"{_RAW}/alpassss/PRAG/{PRAG_COMMIT}/data_aug/2wikimultihopqa/"
+        "llama3.2-1b-instruct/comparison.json",
+    "prag/hotpotqa_bridge.json":
+        f"{_RAW}/alpassss/PRAG/{PRAG_COMMIT}/data_aug/hotpotqa/llama3.2-1b-instruct/bridge.json",
+    "prag/hotpotqa_comparison.json":
+        f"{_RAW}/alpassss/PRAG/{PRAG_COMMIT}/data_aug/hotpotqa/"
         "llama3.2-1b-instruct/comparison.json",
     "hipporag/2wikimultihopqa_corpus.json":
         f"{_RAW}/OSU-NLP-Group/HippoRAG/{HIPPORAG_COMMIT}/reproduce/dataset/"

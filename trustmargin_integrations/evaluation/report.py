@@ -55,7 +55,7 @@ from trustmargin_integrations.evaluation.rundir import DatasetRun, load_run
 if TYPE_CHECKING:
     from trustmargin_integrations.evaluation.calibration import Calibration
 
-_DATASET_LABELS = {"cwq": "CWQ", "2wiki": "2Wiki"}
+_DATASET_LABELS = {"cwq": "CWQ", "2wiki": "2Wiki", "hotpotqa": "HotpotQA"}
 
 
 def inside(folder: Path, name: str) -> Path:
