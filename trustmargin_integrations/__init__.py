@@ -11,6 +11,7 @@ Quick start::
     decision = tm.answer("Who wrote Hamlet?", index, k=3)   # retrieve, answer both ways, decide
 """
 
+from trustmargin_integrations._version import __version__ as __version__
 from trustmargin_integrations.answers import answers_agree, clean_answer, normalize_answer
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.backends.base import Backend
@@ -64,4 +65,3 @@ __all__ = [
     "normalize_answer",
     "settle",
 ]
-__version__ = "0.1.0"

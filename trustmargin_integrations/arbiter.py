@@ -143,15 +143,15 @@ class TrustMargin:
         this package ships for a named model; its lambda_bind and tau replace the config's,
         after checking it was fitted for this model and prompt version.
         """
-        from trustmargin_integrations.backends.hf import HFBackend
+        from trustmargin_integrations.backends.loading import load_backend
 
         if calibration is None:
-            return cls(HFBackend.load(model, **backend_kwargs), config)
+            return cls(load_backend(model, **backend_kwargs), config)
         from trustmargin_integrations.evaluation.calibration import Calibration
 
         # A bad file fails before the model loads.
         fitted = Calibration.coerce(calibration, model=model)
-        return cls.calibrated(HFBackend.load(model, **backend_kwargs), fitted, config)
+        return cls.calibrated(load_backend(model, **backend_kwargs), fitted, config)
 
     @classmethod
     def calibrated(

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+PAPER_LAMBDA_BIND: float = 0.5
+"""The paper's weight of the evidence-binding margin (Section 4.3): the one place it is typed."""
+PAPER_TAU: float = -1.5
+"""The paper's decision threshold (Section 4.3): RAG is chosen iff M > tau."""
+
 
 class TrustMarginConfig(BaseModel):
     """Hyper-parameters and limits of TrustMargin.
@@ -15,8 +20,9 @@ class TrustMarginConfig(BaseModel):
     # NaN would make every comparison with tau false (all Direct): refuse it up front.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    lambda_bind: float = Field(0.5, description="Weight of the evidence-binding margin.")
-    tau: float = Field(-1.5, description="Threshold: RAG is chosen iff M > tau.")
+    lambda_bind: float = Field(PAPER_LAMBDA_BIND,
+                               description="Weight of the evidence-binding margin.")
+    tau: float = Field(PAPER_TAU, description="Threshold: RAG is chosen iff M > tau.")
     top_k: int = Field(20, ge=1, description="Passages retrieved per question by "
                                              "TrustMargin.answer when no k is given.")
     max_context_tokens: int = Field(

@@ -240,6 +240,24 @@ def check_question(value: Any, field_name: str = "question",
     return text
 
 
+def check_retriever(value: Any, field_name: str = "retriever") -> Any:
+    """A retriever: any object with a callable ``search(query, k)`` (returned unchanged)."""
+    if not callable(getattr(value, "search", None)):
+        raise InvalidInputError(field_name, f"a {type(value).__name__} has no "
+                                "search(query, k) method",
+                                "pass a BM25Index, an ElasticsearchRetriever or any object "
+                                "with search(query, k) -> list[Passage]")
+    return value
+
+
+def check_k(value: Any, field_name: str = "k") -> int:
+    """A passage count: a positive int (``bool`` is refused although it is an ``int``)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInputError(field_name, f"must be a positive integer, got {value!r}",
+                                "ask for at least one passage")
+    return value
+
+
 def _visible(text: str) -> bool:
     """True when ``text`` has a character that is not whitespace or an invisible format
     character (zero-width spaces and joiners, direction marks, BOM: category Cf)."""

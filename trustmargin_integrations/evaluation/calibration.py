@@ -530,7 +530,7 @@ def calibrate_run(
             rule's scores on the held-out questions.
         split_seed: seed of the hold-out split.
     """
-    from trustmargin_integrations import __version__
+    from trustmargin_integrations._version import __version__
     from trustmargin_integrations.evaluation.diagnostics import score_records
     from trustmargin_integrations.evaluation.rundir import load_run
 

@@ -7,9 +7,9 @@ Two local formats are understood (both JSON lists):
 * question sets with precomputed passages ``{test_id, question, answer, passages[, type]}``,
   e.g. PRAG's BM25 top-3 DPR-wiki passages.
 
-Named datasets (``cwq``, ``2wiki``, ``hotpotqa``) resolve to those files under a data directory laid out as
-``trustmargin/``, ``prag/`` and ``hipporag/`` (see :data:`NAMED_DATASETS`). Data is always read
-from where it lies; nothing is copied.
+Named datasets (``cwq``, ``2wiki``, ``hotpotqa``) resolve to those files under a data directory
+laid out as ``trustmargin/``, ``prag/`` and ``hipporag/`` (see :data:`NAMED_DATASETS`). Data is
+always read from where it lies; nothing is copied.
 
 The ``download_*`` functions fetch the same files (or the official releases) over HTTPS with
 ``httpx`` when a machine is online. They are written and documented but were not run in the

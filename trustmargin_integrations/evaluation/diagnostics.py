@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import mean, median
 
-from trustmargin_integrations.config import TrustMarginConfig
+from trustmargin_integrations.config import PAPER_LAMBDA_BIND, PAPER_TAU
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.metrics import exact_match, mean_x100, token_f1
 from trustmargin_integrations.evaluation.runner import EvalRecord, NoiseRecord
@@ -33,8 +33,8 @@ METHOD_LABELS: dict[str, str] = {
     "no_bind": "TrustMargin w/o M_bind",
     "oracle": "Oracle(Direct, RAG)",
 }
-DEFAULT_LAMBDA: float = TrustMarginConfig.model_fields["lambda_bind"].default
-DEFAULT_TAU: float = TrustMarginConfig.model_fields["tau"].default
+DEFAULT_LAMBDA: float = PAPER_LAMBDA_BIND
+DEFAULT_TAU: float = PAPER_TAU
 GRID_LAMBDAS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
 GRID_TAUS: tuple[float, ...] = (-3.0, -2.5, -2.0, -1.5, -1.0, -0.5, 0.0, 0.5)
 

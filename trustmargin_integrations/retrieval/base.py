@@ -7,6 +7,7 @@ from typing import Protocol, runtime_checkable
 
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.schema import Passage
+from trustmargin_integrations.validation import check_k, check_retriever
 
 
 @runtime_checkable
@@ -29,14 +30,8 @@ def retrieve_batch(retriever: Retriever, queries: Sequence[str], k: int) -> list
         InvalidInputError: when ``retriever`` cannot search, ``k`` is not positive, or a hit
             is not a Passage.
     """
-    if not callable(getattr(retriever, "search", None)):
-        raise InvalidInputError("retriever", f"a {type(retriever).__name__} has no "
-                                "search(query, k) method",
-                                "pass a BM25Index, an ElasticsearchRetriever or any object "
-                                "with search(query, k) -> list[Passage]")
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise InvalidInputError("k", f"must be a positive integer, got {k!r}",
-                                "ask for at least one passage")
+    check_retriever(retriever)
+    check_k(k)
     batch = getattr(retriever, "search_batch", None)
     hits = (batch(list(queries), k) if callable(batch)
             else [retriever.search(q, k) for q in queries])
