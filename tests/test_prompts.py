@@ -8,12 +8,11 @@ from pathlib import Path
 import pytest
 
 from trustmargin_integrations.backends.hf import HFBackend
+from trustmargin_integrations.context import build_context, build_contexts
 from trustmargin_integrations.prompts import (
     CONTEXT_ONLY_TEMPLATE,
     QUESTION_CONTEXT_TEMPLATE,
     QUESTION_ONLY_TEMPLATE,
-    build_context,
-    build_contexts,
     join_passages,
     view_texts,
 )

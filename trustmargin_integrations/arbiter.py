@@ -33,6 +33,12 @@ from trustmargin_integrations.backends.base import (
     count_tokens_many,
 )
 from trustmargin_integrations.config import TrustMarginConfig
+from trustmargin_integrations.context import (
+    BuiltContext,
+    build_contexts,
+    context_room,
+    tokens_before_context,
+)
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.margins import (
     Margins,
@@ -41,12 +47,7 @@ from trustmargin_integrations.margins import (
     decide_among,
     settle_among,
 )
-from trustmargin_integrations.prompts import (
-    PROMPT_VERSION,
-    BuiltContext,
-    build_contexts,
-    view_texts,
-)
+from trustmargin_integrations.prompts import PROMPT_VERSION, view_texts
 from trustmargin_integrations.retrieval.base import Retriever, retrieve_batch
 from trustmargin_integrations.schema import (
     ArbitrationInput,
@@ -304,7 +305,7 @@ class TrustMargin:
 
     def _prepare_valid(self, inputs: list[ValidInput]) -> list[PreparedQuestion]:
         """Budgets, contexts and views of validated inputs, with one tokenizer call per stage
-        for all of them (see :func:`~.prompts.build_contexts`)."""
+        for all of them (see :func:`~.context.build_contexts`)."""
         budgets = self._context_budgets(inputs)
         contexts = build_contexts([valid.passages for valid in inputs], budgets,
                                   self.backend.count_tokens, self.backend.truncate_tokens,
@@ -366,18 +367,18 @@ class TrustMargin:
                     "pass the short answer (a phrase), not a document")
             answer = max(answer, size)
         question_only = counts[0]
-        # The passage lines add a few separator tokens the empty context does not show.
-        fixed = counts[1] + answer + 8
-        if question_only + answer > window or window - fixed < 16:
+        room = context_room(window, counts[1], answer)
+        if question_only + answer > window or room is None:
+            fixed = tokens_before_context(counts[1], answer)
             raise InvalidInputError(
                 valid.name("question"),
                 f"is too long: its prompts take {max(question_only, fixed)} of the model's "
                 f"{window}-token window before any passage",
                 "shorten the question (or use a model with a longer window)")
-        if window - fixed < budget:
-            valid.warnings.append(f"passages: context budget capped at {window - fixed} "
+        if room < budget:
+            valid.warnings.append(f"passages: context budget capped at {room} "
                                   f"tokens to fit the model's {window}-token window")
-            budget = window - fixed
+            budget = room
         return budget
 
     def _arbitrate_prepared(

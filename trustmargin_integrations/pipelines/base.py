@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import math
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
@@ -20,8 +20,9 @@ from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 from tqdm.auto import tqdm
 
 from trustmargin_integrations.backends.base import Backend, count_tokens_many
+from trustmargin_integrations.context import build_context, context_room
 from trustmargin_integrations.errors import InvalidInputError
-from trustmargin_integrations.prompts import build_context, format_passage, join_passages
+from trustmargin_integrations.prompts import format_passage, join_passages, view_texts
 from trustmargin_integrations.retrieval.base import Retriever, retrieve_batch
 from trustmargin_integrations.schema import Passage, PassageRef
 from trustmargin_integrations.validation import check_question
@@ -224,6 +225,8 @@ class BasePipeline:
     name: ClassVar[str] = ""
     chunk_size: int = 1
     """Questions per :meth:`_run_chunk` call (pipelines that batch model calls raise it)."""
+    max_context_tokens: int
+    """Token budget of a prompt's passage context (each pipeline sets it from its argument)."""
 
     def __init__(self, backend: Backend, retriever: Retriever) -> None:
         if not isinstance(backend, Backend):
@@ -266,23 +269,37 @@ class BasePipeline:
         """Top-``k`` passages of every query (one batched call when the retriever has one)."""
         return retrieve_batch(self.retriever, queries, k) if queries else []
 
-    def _fit(self, passages: Sequence[Passage], fixed_prompt: str, max_context_tokens: int,
+    def _prompt_over_fitting(
+        self, question: str, passages: Sequence[Passage], reserve: int,
+        message: Callable[[str, str], str] | None = None,
+    ) -> tuple[str, list[Passage]]:
+        """The rendered prompt over the leading passages that fit, and those passages.
+
+        ``message(question, context)`` is the user message (default: the paper's
+        question+context view); ``reserve`` is how many tokens will be generated after it.
+        """
+        message = message or rag_message
+        fixed = self.backend.render_prompt(message(question, ""))
+        used = self._fit(passages, fixed, reserve)
+        return self.backend.render_prompt(message(question, context_text(used))), used
+
+    def _fit(self, passages: Sequence[Passage], fixed_prompt: str,
              reserve: int) -> list[Passage]:
         """The leading passages whose context fits the budget.
 
         The budget is ``max_context_tokens``, lowered so that ``fixed_prompt`` (the rendered
-        prompt with an empty context) plus ``reserve`` generated tokens fit the model's window.
-        Whole passages are dropped from the end; a first passage longer than the budget is
-        cut (its text is replaced by the truncated text).
+        prompt with an empty context) plus ``reserve`` generated tokens fit the model's window
+        (:func:`~trustmargin_integrations.context.context_room`). Whole passages are dropped
+        from the end; a first passage longer than the budget is cut (its text is replaced by
+        the truncated text).
         """
         if not passages:
             return []
-        budget = max_context_tokens
+        budget = self.max_context_tokens
         window = getattr(self.backend, "context_window", None)
         if window:
-            # The passage lines add a few separator tokens the empty context does not show.
-            room = window - self.backend.count_tokens(fixed_prompt) - reserve - 8
-            if room < 16:
+            room = context_room(window, self.backend.count_tokens(fixed_prompt), reserve)
+            if room is None:
                 raise InvalidInputError("question", f"is too long for the model's {window}-"
                                         "token window", "shorten the question")
             budget = min(budget, room)
@@ -303,6 +320,11 @@ def chunks(items: list[str], size: int) -> Iterator[list[str]]:
     """Consecutive slices of at most ``size`` items."""
     for start in range(0, len(items), size):
         yield items[start:start + size]
+
+
+def rag_message(question: str, context: str) -> str:
+    """The paper's question+context view of ``question`` over ``context`` (not rendered)."""
+    return view_texts(question, context).question_context
 
 
 def context_text(passages: Sequence[Passage]) -> str:

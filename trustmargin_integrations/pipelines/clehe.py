@@ -41,7 +41,6 @@ from trustmargin_integrations.pipelines.base import (
     PipelineStep,
     check_float,
     check_int,
-    context_text,
     refs,
     register,
     require_hf,
@@ -131,14 +130,12 @@ class CLeHePipeline(BasePipeline):
                                                        "closed-book greedy decoding"}))
             steps.append(PipelineStep("generate", text=raw))
             return self._result(question, raw, steps, [], False, time.perf_counter() - start)
-        fixed = hf.render_prompt(view_texts(question, "").question_context)
         rows: list[Passage] = []
         prompts: list[list[int]] = []
         for passage in hits:
-            used = self._fit([passage], fixed, self.max_context_tokens, self.max_new_tokens)
+            prompt, used = self._prompt_over_fitting(question, [passage], self.max_new_tokens)
             rows.extend(used)
-            text = view_texts(question, context_text(used)).question_context
-            prompts.append(hf.encode_prompt(hf.render_prompt(text)))
+            prompts.append(hf.encode_prompt(prompt))
         ids, records, stop = self.decode(prompts, hf.encode_prompt(question_only))
         answer = hf._decode(ids)
         steps.append(PipelineStep("decode", text=answer, passages=refs(rows), extra={

@@ -28,7 +28,6 @@ from trustmargin_integrations.pipelines.base import (
     PipelineStep,
     check_float,
     check_int,
-    context_text,
     refs,
     register,
 )
@@ -155,8 +154,7 @@ class DTRPipeline(BasePipeline):
         prompts = []
         for n, q in enumerate(questions):
             merged = rrf_merge([by_question[n], by_pseudo[n]], self.k, self.rrf_constant)
-            fixed = render(view_texts(q, "").question_context)
-            used = self._fit(merged, fixed, self.max_context_tokens, self.max_new_tokens)
+            prompt, used = self._prompt_over_fitting(q, merged, self.max_new_tokens)
             evidence[where[n]] = used
             steps[n].extend([
                 PipelineStep("generate", text=pseudo[n], extra={"role": "pseudo-passage"}),
@@ -167,7 +165,7 @@ class DTRPipeline(BasePipeline):
                 PipelineStep("decide", passages=refs(merged), extra={
                     "merge": "rrf", "rrf_constant": self.rrf_constant, "kept": len(merged)}),
             ])
-            prompts.append(render(view_texts(q, context_text(used)).question_context))
+            prompts.append(prompt)
         for n, raw in enumerate(self.backend.generate(prompts, self.max_new_tokens)):
             answers[where[n]] = raw
             steps[n].append(PipelineStep("generate", text=raw, passages=refs(evidence[where[n]]),

@@ -27,14 +27,12 @@ from trustmargin_integrations.pipelines.base import (
     PipelineStep,
     check_float,
     check_int,
-    context_text,
     dedupe,
     ends_sentence,
     refs,
     register,
     require_hf,
 )
-from trustmargin_integrations.prompts import view_texts
 from trustmargin_integrations.retrieval.base import Retriever
 from trustmargin_integrations.schema import Passage
 
@@ -148,11 +146,9 @@ class FLAREPipeline(BasePipeline):
 
     def _prompt(self, question: str, passages: list[Passage]) -> tuple[list[int], list[Passage]]:
         """The paper's question+context prompt over the passages that fit, as token ids."""
-        fixed = self.hf.render_prompt(view_texts(question, "").question_context)
-        used = self._fit(passages, fixed, self.max_context_tokens,
-                         self.sentence_max_new_tokens * self.max_steps)
-        text = view_texts(question, context_text(used)).question_context
-        return self.hf.encode_prompt(self.hf.render_prompt(text)), used
+        prompt, used = self._prompt_over_fitting(question, passages,
+                                                 self.sentence_max_new_tokens * self.max_steps)
+        return self.hf.encode_prompt(prompt), used
 
     @torch.inference_mode()
     def _sentence(self, prefix: list[int]) -> Sentence:

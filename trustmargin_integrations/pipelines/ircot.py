@@ -22,13 +22,12 @@ from trustmargin_integrations.pipelines.base import (
     PipelineResult,
     PipelineStep,
     check_int,
-    context_text,
     dedupe,
     first_sentence,
     refs,
     register,
 )
-from trustmargin_integrations.prompts import join_passages, view_texts
+from trustmargin_integrations.prompts import join_passages
 from trustmargin_integrations.retrieval.base import Retriever
 from trustmargin_integrations.schema import Passage
 
@@ -195,11 +194,9 @@ class IRCoTPipeline(BasePipeline):
 
     def _cot_prompt(self, state: _State) -> str:
         """The rendered CoT prompt with the reasoning so far continuing the answer turn."""
-        fixed = self.backend.render_prompt(cot_message(state.question, ""))
         reserve = self.sentence_max_new_tokens * (self.max_steps + 1)
-        state.evidence = self._fit(state.passages, fixed, self.max_context_tokens, reserve)
-        prompt = self.backend.render_prompt(cot_message(state.question,
-                                                        context_text(state.evidence)))
+        prompt, state.evidence = self._prompt_over_fitting(state.question, state.passages,
+                                                           reserve, cot_message)
         return prompt + " ".join(state.reasoning)
 
     def _read(self, states: list[_State]) -> None:
@@ -208,11 +205,9 @@ class IRCoTPipeline(BasePipeline):
             return
         prompts = []
         for state in states:
-            fixed = self.backend.render_prompt(view_texts(state.question, "").question_context)
-            state.evidence = self._fit(state.passages, fixed, self.max_context_tokens,
-                                       self.max_new_tokens)
-            text = view_texts(state.question, context_text(state.evidence)).question_context
-            prompts.append(self.backend.render_prompt(text))
+            prompt, state.evidence = self._prompt_over_fitting(state.question, state.passages,
+                                                               self.max_new_tokens)
+            prompts.append(prompt)
         for state, raw in zip(states, self.backend.generate(prompts, self.max_new_tokens),
                               strict=True):
             state.answer = raw

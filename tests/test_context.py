@@ -1,0 +1,78 @@
+"""The one model-window rule (:func:`context.context_room`): its arithmetic, and that the
+arbiter and the pipelines' shared prompt builder meet the window at the same edge."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from trustmargin_integrations import BM25Index, InvalidInputError, TrustMargin
+from trustmargin_integrations.backends.hf import HFBackend
+from trustmargin_integrations.context import (
+    MIN_CONTEXT_TOKENS,
+    SEPARATOR_SLACK_TOKENS,
+    context_room,
+    tokens_before_context,
+)
+from trustmargin_integrations.demo import demo_corpus
+from trustmargin_integrations.pipelines import build_pipeline
+from trustmargin_integrations.pipelines.base import context_text
+from trustmargin_integrations.prompts import view_texts
+
+QUESTION = "Who designed the Zelvora Bridge?"
+LONG_PASSAGE = "The Zelvora Bridge spans the river and was designed by many hands. " * 20
+
+
+def test_context_room_keeps_the_separator_slack_and_the_minimum() -> None:
+    assert tokens_before_context(50, 20) == 50 + 20 + SEPARATOR_SLACK_TOKENS
+    assert context_room(200, 50, 20) == 200 - 50 - 20 - SEPARATOR_SLACK_TOKENS
+    edge = tokens_before_context(50, 20) + MIN_CONTEXT_TOKENS
+    assert context_room(edge, 50, 20) == MIN_CONTEXT_TOKENS
+    assert context_room(edge - 1, 50, 20) is None
+
+
+class NarrowWindow:
+    """The real embedded backend, every call delegated to it, with a smaller window (so the
+    window edge is reached by a short question instead of thousands of tokens on CPU)."""
+
+    def __init__(self, inner: HFBackend, window: int) -> None:
+        self.inner = inner
+        self.context_window = window
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _edge(backend: HFBackend, answer_tokens: int) -> int:
+    """The smallest window in which QUESTION's question+context prompt still has a context."""
+    fixed = backend.render_prompt(view_texts(QUESTION, "").question_context)
+    return tokens_before_context(backend.count_tokens(fixed), answer_tokens) + MIN_CONTEXT_TOKENS
+
+
+def test_arbiter_caps_at_the_edge_and_refuses_one_token_below(backend: HFBackend) -> None:
+    tm = TrustMargin(NarrowWindow(backend, _edge(backend, 20)))  # type: ignore[arg-type]
+    prepared = tm.prepare({"question": QUESTION, "passages": [LONG_PASSAGE]})
+    assert f"passages: context budget capped at {MIN_CONTEXT_TOKENS} tokens" in " ".join(
+        prepared.input.warnings)
+    assert prepared.context.truncated and prepared.context.num_tokens <= MIN_CONTEXT_TOKENS
+    narrower = TrustMargin(NarrowWindow(backend, _edge(backend, 20) - 1))  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError) as err:
+        narrower.prepare({"question": QUESTION, "passages": [LONG_PASSAGE]})
+    assert err.value.field == "question"
+
+
+def test_pipeline_prompt_meets_the_same_edge_as_the_arbiter(backend: HFBackend) -> None:
+    index = BM25Index.build(demo_corpus())
+    at_edge = NarrowWindow(backend, _edge(backend, 20))
+    dtr = build_pipeline("dtr", at_edge, index, max_new_tokens=20)  # type: ignore[arg-type]
+    passages = index.search(QUESTION, 3)
+    prompt, used = dtr._prompt_over_fitting(QUESTION, passages, 20)
+    assert len(used) == 1 and used[0].text != passages[0].text  # the first one, cut
+    assert prompt == backend.render_prompt(view_texts(QUESTION, context_text(used))
+                                           .question_context)
+    assert backend.count_tokens(prompt) + 20 <= at_edge.context_window
+    below = build_pipeline("dtr", NarrowWindow(backend, _edge(backend, 20) - 1),  # type: ignore[arg-type]
+                           index, max_new_tokens=20)
+    with pytest.raises(InvalidInputError, match="too long for the model's"):
+        below._prompt_over_fitting(QUESTION, passages, 20)
