@@ -1,4 +1,5 @@
-"""Calibration of lambda_bind and tau from cached Decisions (evaluation/calibration.py).
+"""Calibration of lambda_bind and tau from cached Decisions (evaluation/calibration.py; the
+file model: calibration.py).
 
 Synthetic Decisions carry margins generated with a known (lambda, tau) and gold answers that
 make that rule exactly right, so the fit must find it; cross-validation is instrumented to
@@ -20,13 +21,13 @@ from typer import Typer
 from typer.testing import CliRunner
 
 from trustmargin_integrations.arbiter import TrustMargin
+from trustmargin_integrations.calibration import Calibration
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation import calibration as cal
 from trustmargin_integrations.evaluation.calibration import (
     LAMBDAS,
     TAUS,
-    Calibration,
     Problem,
     assign_folds,
     cross_validate,

@@ -17,16 +17,11 @@ from typer import Typer
 from typer.testing import CliRunner
 
 from trustmargin_integrations.arbiter import TrustMargin
+from trustmargin_integrations.calibration import Calibration, shipped_models, shipped_path
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation import calibration as cal
-from trustmargin_integrations.evaluation.calibration import (
-    Calibration,
-    Problem,
-    calibrate_run,
-    shipped_models,
-    shipped_path,
-    split_holdout,
-)
+from trustmargin_integrations.evaluation.calibrate import calibrate_run
+from trustmargin_integrations.evaluation.calibration import Problem, split_holdout
 from trustmargin_integrations.evaluation.cli import register
 from trustmargin_integrations.evaluation.datasets import EvalExample
 from trustmargin_integrations.evaluation.diagnostics import score_decision

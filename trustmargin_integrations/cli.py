@@ -88,7 +88,7 @@ def _calibration(value: Any, model: str, config: dict[str, Any]) -> Any:
     is an error."""
     if value is None:
         return None
-    from trustmargin_integrations.evaluation.calibration import Calibration
+    from trustmargin_integrations.calibration import Calibration
 
     for key in ("tau", "lambda_bind"):
         if key in config:

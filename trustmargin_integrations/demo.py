@@ -121,7 +121,7 @@ def benchmark_evidence() -> list[str]:
     Twenty demo questions cannot settle whether TrustMargin helps; these lines point to the
     measured effect on hundreds of real questions, read from the files the package ships.
     """
-    from trustmargin_integrations.evaluation.calibration import Calibration, shipped_models
+    from trustmargin_integrations.calibration import Calibration, shipped_models
 
     lines = []
     for name in shipped_models():

@@ -288,7 +288,7 @@ def calibrate_command(
 
     Load the result with ``TrustMargin.from_pretrained(model, calibration=FILE)``.
     """
-    from trustmargin_integrations.evaluation.calibration import calibrate_run, describe
+    from trustmargin_integrations.evaluation.calibrate import calibrate_run, describe
 
     try:
         if objective not in ("f1", "em"):

@@ -53,7 +53,7 @@ from trustmargin_integrations.evaluation.report_sections import markdown_table a
 from trustmargin_integrations.evaluation.rundir import DatasetRun, load_run
 
 if TYPE_CHECKING:
-    from trustmargin_integrations.evaluation.calibration import Calibration
+    from trustmargin_integrations.calibration import Calibration
 
 _DATASET_LABELS = {"cwq": "CWQ", "2wiki": "2Wiki", "hotpotqa": "HotpotQA"}
 
@@ -130,7 +130,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None,
     runs = load_run(run_dir)
     fitted = None
     if calibration is not None:
-        from trustmargin_integrations.evaluation.calibration import Calibration
+        from trustmargin_integrations.calibration import Calibration
 
         models = {rec.decision.model_id for r in runs for rec in r.records}
         fitted = Calibration.coerce(calibration, model=next(iter(models), None))

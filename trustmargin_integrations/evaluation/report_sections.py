@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from trustmargin_integrations.calibration import Calibration
 from trustmargin_integrations.evaluation.bootstrap import (
     BEST_SINGLE,
     Bootstrap,
@@ -25,7 +26,7 @@ from trustmargin_integrations.evaluation.bootstrap import (
     paired_bootstrap,
     source_comparisons,
 )
-from trustmargin_integrations.evaluation.calibration import Calibration, Problem, cross_validate
+from trustmargin_integrations.evaluation.calibration import Problem, cross_validate
 from trustmargin_integrations.evaluation.diagnostics import (
     DEFAULT_LAMBDA,
     DEFAULT_TAU,

@@ -1,0 +1,82 @@
+"""Candidates: each side's answer as it will be scored, given or generated, and cleaned by
+the one policy (:func:`~trustmargin_integrations.answers.clean_answer`); a cleaning that
+changed a given answer is reported as a warning."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from trustmargin_integrations.answers import clean_answer
+from trustmargin_integrations.arbiter.preparation import PreparedQuestion
+from trustmargin_integrations.backends.base import ModelSession
+from trustmargin_integrations.config import TrustMarginConfig
+
+
+@dataclass
+class Candidate:
+    """One side's answer as it will be scored, with its pre-cleaning text and timing."""
+
+    answer: str
+    raw: str | None
+    generated: bool
+    seconds: float = 0.0
+    name: str | None = None
+
+
+def side_candidates(
+    session: ModelSession, config: TrustMarginConfig, chunk: list[PreparedQuestion], side: str
+) -> list[Candidate]:
+    """Both given and generated candidates of one side (``"direct"`` or ``"rag"``), cleaned
+    by the one policy; the missing ones are generated in one session call."""
+    given = [getattr(p.input, f"{side}_answer") for p in chunk]
+    out: list[Candidate | None] = [None] * len(chunk)
+    for i, text in enumerate(given):
+        if text is not None:
+            out[i] = cleaned(config, text, generated=False)
+            if out[i].raw is not None:  # type: ignore[union-attr]
+                chunk[i].input.warnings.append(
+                    f"{side}_answer: cleaned to its short-answer form "
+                    f"({text!r} -> {out[i].answer!r})")  # type: ignore[union-attr]
+    # A RAG answer without evidence is never needed: the decision is "no_evidence".
+    # A question with rag_candidates has its RAG side given: nothing is generated.
+    todo = [i for i, p in enumerate(chunk)
+            if out[i] is None and (side == "direct" or (
+                p.has_evidence and p.input.rag_candidates is None))]
+    if todo:
+        view = "question_only" if side == "direct" else "question_context"
+        start = time.perf_counter()
+        raw = session.generate([getattr(chunk[i].views, view) for i in todo],
+                               config.max_new_tokens)
+        share = (time.perf_counter() - start) / len(todo)
+        for i, text in zip(todo, raw, strict=True):
+            out[i] = cleaned(config, text, generated=True, seconds=share)
+    return [c or Candidate("", None, False) for c in out]
+
+
+def cleaned(config: TrustMarginConfig, text: str, *, generated: bool,
+            seconds: float = 0.0) -> Candidate:
+    """``text`` as a candidate: cleaned when the config says so (``raw`` keeps the original
+    when cleaning changed more than surrounding whitespace)."""
+    answer = clean_answer(text) if config.clean_answers else text.strip()
+    raw = None if answer == text.strip() else text
+    return Candidate(answer, raw, generated, seconds)
+
+
+def rag_options(config: TrustMarginConfig, prepared: PreparedQuestion,
+                rag: Candidate) -> list[Candidate]:
+    """The RAG-side candidates of one question: the pairwise answer, or the given list
+    cleaned by the one policy (a change is reported like a cleaned ``rag_answer``)."""
+    given = prepared.input.rag_candidates
+    if given is None:
+        return [rag]
+    out = []
+    for i, (label, text) in enumerate(given):
+        option = cleaned(config, text, generated=False)
+        option.name = label
+        if option.raw is not None:
+            prepared.input.warnings.append(
+                f"rag_candidates[{i}]: cleaned to its short-answer form "
+                f"({text!r} -> {option.answer!r})")
+        out.append(option)
+    return out

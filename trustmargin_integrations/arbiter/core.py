@@ -1,0 +1,292 @@
+"""TrustMargin: the public API (load, answer, arbitrate, prepare) and the scheduling of
+prepared questions into length-sorted batches, one model session each.
+
+Per batch: generate missing candidates (:mod:`.candidates`) -> settle or score
+(:mod:`.plan`) -> margins, rule and Decision (:mod:`.decision`). Preparation (budgets,
+contexts, views) is :mod:`.preparation`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+from tqdm.auto import tqdm
+
+from trustmargin_integrations.arbiter.candidates import rag_options, side_candidates
+from trustmargin_integrations.arbiter.decision import assemble_decision
+from trustmargin_integrations.arbiter.plan import plan_question, score_rows
+from trustmargin_integrations.arbiter.preparation import PreparedQuestion, prepare_valid
+from trustmargin_integrations.backends.base import Backend
+from trustmargin_integrations.backends.loading import load_backend
+from trustmargin_integrations.calibration import Calibration
+from trustmargin_integrations.config import TrustMarginConfig
+from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.prompts import PROMPT_VERSION
+from trustmargin_integrations.retrieval.base import Retriever, retrieve_batch
+from trustmargin_integrations.schema import (
+    ArbitrationInput,
+    Decision,
+    Passage,
+    RagCandidatesInput,
+    Timings,
+    ViewLikelihoods,
+)
+from trustmargin_integrations.validation import check_question, validate_input
+
+
+class TrustMargin:
+    """Answer-level source arbitration between a Direct and a RAG answer (or several RAG
+    candidates: ``rag_candidates``).
+
+    Args:
+        backend: the engine that generates and scores (see :mod:`.backends`).
+        config: hyper-parameters; the paper's defaults when omitted.
+
+    Example:
+        >>> tm = TrustMargin.from_pretrained()  # embedded SmolLM2-135M  # doctest: +SKIP
+        >>> d = tm.arbitrate("Who wrote Hamlet?", ["Hamlet is a play by Shakespeare."])
+        >>> d.answer, d.source, d.m  # doctest: +SKIP
+    """
+
+    def __init__(self, backend: Backend, config: TrustMarginConfig | None = None) -> None:
+        self.backend = backend
+        self.config = config or TrustMarginConfig()
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model: str = "smollm2-135m",
+        *,
+        config: TrustMarginConfig | None = None,
+        calibration: str | Path | Calibration | None = None,
+        **backend_kwargs: Any,
+    ) -> TrustMargin:
+        """Load a local transformers backend (a named model, HF id, directory or GGUF file).
+
+        ``calibration``: a file written by ``trustmargin calibrate``, a loaded
+        :class:`~trustmargin_integrations.calibration.Calibration`, or ``"shipped"`` for the
+        calibration this package ships for a named model; its lambda_bind and tau replace the
+        config's, after checking it was fitted for this model and prompt version.
+        """
+        if calibration is None:
+            return cls(load_backend(model, **backend_kwargs), config)
+        # A bad file fails before the model loads.
+        fitted = Calibration.coerce(calibration, model=model)
+        return cls.calibrated(load_backend(model, **backend_kwargs), fitted, config)
+
+    @classmethod
+    def calibrated(
+        cls,
+        backend: Backend,
+        calibration: str | Path | Calibration,
+        config: TrustMarginConfig | None = None,
+    ) -> TrustMargin:
+        """An arbiter on ``backend`` whose lambda_bind and tau come from ``calibration``.
+
+        Raises:
+            InvalidInputError: (field ``calibration``) the file was fitted for another model
+                or prompt version, or is not a calibration file.
+        """
+        fitted = Calibration.coerce(calibration, model=backend.model_id)
+        fitted.check(backend.model_id, PROMPT_VERSION)
+        return cls(backend, fitted.apply(config))
+
+    # -- the pipeline -----------------------------------------------------------------------
+
+    def answer(
+        self,
+        question: str,
+        retriever: Retriever,
+        k: int | None = None,
+        *,
+        direct_answer: str | None = None,
+        rag_answer: str | None = None,
+        include_prompts: bool | None = None,
+    ) -> Decision:
+        """Retrieve the top-``k`` passages, answer both ways with the model and arbitrate.
+
+        A candidate given here is used instead of generating it. When retrieval finds
+        nothing the closed-book answer is returned with reason ``no_evidence``.
+        """
+        check_question(question, "question")
+        return self.answer_batch([question], retriever, k, direct_answers=[direct_answer],
+                                 rag_answers=[rag_answer], include_prompts=include_prompts)[0]
+
+    def answer_batch(
+        self,
+        questions: Sequence[str],
+        retriever: Retriever,
+        k: int | None = None,
+        *,
+        direct_answers: Sequence[str | None] | None = None,
+        rag_answers: Sequence[str | None] | None = None,
+        include_prompts: bool | None = None,
+        progress: bool = False,
+    ) -> list[Decision]:
+        """:meth:`answer` for many questions: one retrieval batch, then batched arbitration.
+
+        Args:
+            questions: the questions, in order.
+            retriever: any object with ``search(query, k) -> list[Passage]`` (the embedded
+                :class:`~.retrieval.bm25.BM25Index`, an Elasticsearch retriever, ...).
+            k: passages per question (default: ``config.top_k``).
+            direct_answers, rag_answers: given candidates, one per question (None entries,
+                or no list at all, are generated by the model).
+            include_prompts: attach the rendered prompts (default: ``config.include_prompts``).
+            progress: show a progress bar.
+        """
+        if isinstance(questions, str):
+            raise InvalidInputError("questions", "is a single string",
+                                    "pass a list of questions, or call answer(question, ...)")
+        for i, q in enumerate(questions):
+            check_question(q, f"questions[{i}]")
+        given = {"direct_answer": direct_answers, "rag_answer": rag_answers}
+        for key, values in given.items():
+            if values is not None and len(values) != len(questions):
+                raise InvalidInputError(f"{key}s", f"has {len(values)} entries for "
+                                        f"{len(questions)} questions", "give one per question")
+        hits = retrieve_batch(retriever, questions, self.config.top_k if k is None else k)
+        inputs = [
+            {"question": q, "passages": h,
+             **{key: None if values is None else values[i] for key, values in given.items()}}
+            for i, (q, h) in enumerate(zip(questions, hits, strict=True))
+        ]
+        return self.arbitrate_batch(inputs, include_prompts=include_prompts, progress=progress)
+
+    def arbitrate(
+        self,
+        question: str,
+        passages: Sequence[str | Passage],
+        direct_answer: str | None = None,
+        rag_answer: str | None = None,
+        *,
+        rag_candidates: RagCandidatesInput | None = None,
+        id: str | None = None,
+        include_prompts: bool | None = None,
+    ) -> Decision:
+        """Arbitrate one question; missing candidates are generated by the backend's model.
+
+        ``rag_candidates`` replaces ``rag_answer`` with several RAG-side candidates (texts,
+        ``(name, text)`` pairs, or a name -> text mapping such as ``{"bm25": ..., "ircot":
+        ...}``): the rule keeps Direct or the best of them (:func:`~.margins.decide_among`)
+        and nothing is generated for the RAG side. All of a question's candidates are
+        scored in one model session call, so they share the prompts' caches.
+        """
+        item = {"question": question, "passages": passages, "direct_answer": direct_answer,
+                "rag_answer": rag_answer, "rag_candidates": rag_candidates, "id": id}
+        prepared = self.prepare(item)
+        return self._arbitrate_prepared([prepared], include_prompts, progress=False)[0]
+
+    def arbitrate_batch(
+        self,
+        inputs: Iterable[ArbitrationInput | Mapping[str, Any] | PreparedQuestion],
+        *,
+        include_prompts: bool | None = None,
+        progress: bool = False,
+    ) -> list[Decision]:
+        """Arbitrate many questions, batched by prompt length; results keep input order.
+
+        Every input is validated before the model runs; an error names its place
+        (``inputs[3].question``). An input already returned by :meth:`prepare` (an adapter
+        that validated it under its own field names) is used as it is, not prepared again.
+        """
+        return self._arbitrate_prepared(self.prepare_batch(inputs), include_prompts,
+                                        progress=progress)
+
+    # -- stages -----------------------------------------------------------------------------
+
+    def prepare(
+        self, item: ArbitrationInput | Mapping[str, Any], *, where: str | None = None,
+        names: Mapping[str, str] | None = None,
+    ) -> PreparedQuestion:
+        """Validate one input, cut its context to the budget and render the three views.
+
+        ``where`` and ``names`` only change how errors name fields (see
+        :func:`~.validation.validate_input`).
+        """
+        return prepare_valid(self.backend, self.config,
+                             [validate_input(item, where=where, names=names)])[0]
+
+    def prepare_batch(
+        self, inputs: Iterable[ArbitrationInput | Mapping[str, Any] | PreparedQuestion],
+    ) -> list[PreparedQuestion]:
+        """:meth:`prepare` for many inputs, tokenized together (results keep input order).
+
+        Every input is validated first; an error names its place (``inputs[3].question``).
+        An input already returned by :meth:`prepare` is kept as it is.
+        """
+        items = list(inputs)
+        valid = {i: validate_input(item, where=f"inputs[{i}]") for i, item in enumerate(items)
+                 if not isinstance(item, PreparedQuestion)}
+        fresh = dict(zip(valid, prepare_valid(self.backend, self.config, list(valid.values())),
+                         strict=True))
+        return [fresh[i] if i in fresh else cast("PreparedQuestion", item)
+                for i, item in enumerate(items)]
+
+    def _arbitrate_prepared(
+        self, prepared: list[PreparedQuestion], include_prompts: bool | None, *, progress: bool
+    ) -> list[Decision]:
+        if not prepared:
+            return []
+        keep_prompts = self.config.include_prompts if include_prompts is None else include_prompts
+        # Length-sorted batches keep left padding (and so wasted compute) small.
+        order = sorted(range(len(prepared)), key=lambda i: len(prepared[i].views.question_context))
+        decisions: list[Decision | None] = [None] * len(prepared)
+        size = self.config.batch_size
+        with tqdm(total=len(prepared), desc="arbitrating", unit="q",
+                  disable=not progress) as bar:
+            for start in range(0, len(order), size):
+                chunk = order[start:start + size]
+                done = self._arbitrate_chunk([prepared[i] for i in chunk], keep_prompts)
+                for i, decision in zip(chunk, done, strict=True):
+                    decisions[i] = decision
+                bar.update(len(chunk))
+        return [d for d in decisions if d is not None]
+
+    def _arbitrate_chunk(
+        self, chunk: list[PreparedQuestion], keep_prompts: bool
+    ) -> list[Decision]:
+        """One model session: generate what is missing, settle or score, decide.
+
+        A pairwise question is the one-candidate case of a multi-candidate one: the same
+        settling, scoring and rule (:func:`~trustmargin_integrations.margins.settle_among`,
+        :func:`~trustmargin_integrations.margins.decide_among`) give it today's pairwise decision.
+        """
+        began = time.perf_counter()
+        with self.backend.session() as session:
+            direct = side_candidates(session, self.config, chunk, "direct")
+            rag = side_candidates(session, self.config, chunk, "rag")
+            options = [rag_options(self.config, p, r) for p, r in zip(chunk, rag, strict=True)]
+            plans = [plan_question(p, d.answer, [o.answer for o in opts], is_blank=self._blank,
+                                   skip_when_agree=self.config.skip_scoring_when_agree)
+                     for p, d, opts in zip(chunk, direct, options, strict=True)]
+            to_score = [i for i, plan in enumerate(plans) if plan.verdict is None]
+            scores: dict[int, list[ViewLikelihoods]] = {}
+            scoring_s = 0.0
+            if to_score:
+                start = time.perf_counter()
+                # Every question of the chunk, with all its candidates, in one session call:
+                # the transformers fast path scores all answers of a prompt off one cache.
+                rows = [(chunk[i], [direct[i].answer]
+                         + [options[i][j].answer for j in plans[i].scored])
+                        for i in to_score]
+                scores = score_rows(session, rows, to_score)
+                scoring_s = (time.perf_counter() - start) / len(to_score)
+        total = (time.perf_counter() - began) / len(chunk)
+        out = []
+        for i, prepared in enumerate(chunk):
+            timings = Timings(generate_direct_s=direct[i].seconds,
+                              generate_rag_s=rag[i].seconds,
+                              scoring_s=scoring_s if i in scores else 0.0, total_s=total)
+            out.append(assemble_decision(prepared, direct[i], options[i], plans[i],
+                                         scores.get(i), timings, config=self.config,
+                                         model_id=self.backend.model_id,
+                                         keep_prompts=keep_prompts))
+        return out
+
+    def _blank(self, answer: str) -> bool:
+        """True when ``answer`` has nothing to score (blank, or no token)."""
+        return not answer.strip() or self.backend.count_tokens(answer) == 0

@@ -1,0 +1,123 @@
+"""Decision assembly: the rule applied to a scored question's margins
+(:func:`~trustmargin_integrations.margins.decide_among`), then the audit record
+(:class:`~trustmargin_integrations.schema.Decision`) with everything that led to it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from trustmargin_integrations.answers import answers_agree
+from trustmargin_integrations.arbiter.candidates import Candidate
+from trustmargin_integrations.arbiter.plan import Plan
+from trustmargin_integrations.arbiter.preparation import PreparedQuestion
+from trustmargin_integrations.config import TrustMarginConfig
+from trustmargin_integrations.margins import Margins, Verdict, compute_margins, decide_among
+from trustmargin_integrations.prompts import PROMPT_VERSION
+from trustmargin_integrations.schema import Decision, RagCandidate, Timings, ViewLikelihoods
+
+
+@dataclass
+class _Outcome:
+    """A question's verdict with the likelihoods and margins behind it (None where an
+    answer was not scored)."""
+
+    verdict: Verdict
+    direct_likelihoods: ViewLikelihoods | None
+    likelihoods: list[ViewLikelihoods | None]
+    margins: list[Margins | None]
+
+
+def _outcome(plan: Plan, scores: list[ViewLikelihoods] | None, n_options: int,
+             config: TrustMarginConfig) -> _Outcome:
+    """The settled verdict, or the rule over the scored candidates' margins."""
+    likelihoods: list[ViewLikelihoods | None] = [None] * n_options
+    margins: list[Margins | None] = [None] * n_options
+    if plan.verdict is not None:
+        return _Outcome(plan.verdict, None, likelihoods, margins)
+    assert scores is not None  # unsettled rows are always scored
+    direct_likelihoods = scores[0]
+    for j, scored in zip(plan.scored, scores[1:], strict=True):
+        likelihoods[j] = scored
+        margins[j] = compute_margins(direct_likelihoods, scored, config.lambda_bind)
+    for j, earlier in plan.copies.items():
+        likelihoods[j], margins[j] = likelihoods[earlier], margins[earlier]
+    for j in plan.agreeing:
+        # Equal to Direct: the margins of identical answers, without scoring.
+        margins[j] = Margins(0.0, 0.0, 0.0)
+    verdict = decide_among([None if m is None else (m.m_prior, m.m_bind) for m in margins],
+                           config.lambda_bind, config.tau)
+    return _Outcome(verdict, direct_likelihoods, likelihoods, margins)
+
+
+def _candidate_records(direct: Candidate, options: list[Candidate],
+                       outcome: _Outcome) -> list[RagCandidate]:
+    """The per-candidate records of a question given ``rag_candidates``."""
+    return [
+        RagCandidate(name=o.name, answer=o.answer, raw=o.raw,
+                     agrees_with_direct=answers_agree(direct.answer, o.answer),
+                     likelihoods=outcome.likelihoods[j], **asdict(m) if m is not None else {})
+        for j, (o, m) in enumerate(zip(options, outcome.margins, strict=True))
+    ]
+
+
+def assemble_decision(
+    prepared: PreparedQuestion,
+    direct: Candidate,
+    options: list[Candidate],
+    plan: Plan,
+    scores: list[ViewLikelihoods] | None,
+    timings: Timings,
+    *,
+    config: TrustMarginConfig,
+    model_id: str,
+    keep_prompts: bool,
+) -> Decision:
+    """The Decision of one question from its candidates, plan and scores (``scores``:
+    Direct's then each scored candidate's likelihoods; None for a settled question)."""
+    outcome = _outcome(plan, scores, len(options), config)
+    verdict = outcome.verdict
+    # The candidate the pairwise fields describe: the kept or best-margin one, else (a
+    # settled verdict keeping Direct) the first non-blank one.
+    shown = verdict.candidate
+    if shown is None:
+        shown = next((j for j, blank in enumerate(plan.blank) if not blank), 0)
+    rag = options[shown]
+    agree = answers_agree(direct.answer, rag.answer)
+    source = "agree" if agree and verdict.reason != "no_evidence" else verdict.choice
+    valid, context = prepared.input, prepared.context
+    listed = valid.rag_candidates is not None
+    records = _candidate_records(direct, options, outcome) if listed else []
+    margins = verdict.margins
+    return Decision(
+        id=valid.id,
+        question=valid.question,
+        answer=rag.answer if verdict.choice == "rag" else direct.answer,
+        source=source,
+        reason=verdict.reason,
+        direct_answer=direct.answer,
+        rag_answer=rag.answer,
+        direct_generated=direct.generated,
+        rag_generated=rag.generated,
+        direct_raw=direct.raw,
+        rag_raw=rag.raw,
+        direct_likelihoods=outcome.direct_likelihoods,
+        rag_likelihoods=outcome.likelihoods[shown],
+        m_prior=margins.m_prior if margins else None,
+        m_bind=margins.m_bind if margins else None,
+        m=margins.m if margins else None,
+        lambda_bind=config.lambda_bind,
+        tau=config.tau,
+        passages_given=context.passages_given,
+        passages_used=context.passages_used,
+        passages=valid.refs[:context.passages_used],
+        context_tokens=context.num_tokens,
+        context_truncated=context.truncated,
+        model_id=model_id,
+        prompt_version=PROMPT_VERSION,
+        timings=timings,
+        warnings=list(valid.warnings),
+        prompts=prepared.views if keep_prompts else None,
+        metadata=valid.metadata,
+        rag_candidates=records,
+        winner=shown if listed and verdict.choice == "rag" else None,
+    )

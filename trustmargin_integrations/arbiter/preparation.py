@@ -1,0 +1,122 @@
+"""Preparation, the stage before any model call: a validated input's context budget (the
+model's window applied, :func:`~trustmargin_integrations.context.context_room`), its passage
+context and its three rendered prompt views."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+
+from trustmargin_integrations.backends.base import Backend, count_tokens_many
+from trustmargin_integrations.config import TrustMarginConfig
+from trustmargin_integrations.context import (
+    BuiltContext,
+    build_contexts,
+    context_room,
+    tokens_before_context,
+)
+from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.prompts import view_texts
+from trustmargin_integrations.schema import ViewPrompts
+from trustmargin_integrations.validation import ValidInput
+
+VIEWS = ("question_only", "question_context", "context_only")
+"""The three prompt views, in the order they are rendered and scored."""
+
+
+@dataclass
+class PreparedQuestion:
+    """A validated question with its context and rendered views (before any model call)."""
+
+    input: ValidInput
+    context: BuiltContext
+    views: ViewPrompts
+
+    @property
+    def has_evidence(self) -> bool:
+        """At least one passage entered the context."""
+        return self.context.passages_used > 0
+
+
+def prepare_valid(backend: Backend, config: TrustMarginConfig,
+                  inputs: list[ValidInput]) -> list[PreparedQuestion]:
+    """Budgets, contexts and views of validated inputs, with one tokenizer call per stage
+    for all of them (see :func:`~trustmargin_integrations.context.build_contexts`)."""
+    budgets = context_budgets(backend, config, inputs)
+    contexts = build_contexts([valid.passages for valid in inputs], budgets,
+                              backend.count_tokens, backend.truncate_tokens,
+                              partial(count_tokens_many, backend))
+    render = backend.render_prompt
+    prepared = []
+    for valid, budget, context in zip(inputs, budgets, contexts, strict=True):
+        if context.truncated:
+            valid.warnings.append(
+                f"passages[0]: cut to {context.num_tokens} tokens to fit the context "
+                f"budget of {budget} tokens"
+            )
+        elif context.passages_used < context.passages_given:
+            valid.warnings.append(
+                f"passages: used {context.passages_used} of {context.passages_given} to "
+                f"fit the context budget of {budget} tokens"
+            )
+        texts = view_texts(valid.question, context.text)
+        views = ViewPrompts(**{v: render(getattr(texts, v)) for v in VIEWS})
+        prepared.append(PreparedQuestion(valid, context, views))
+    return prepared
+
+
+def context_budgets(backend: Backend, config: TrustMarginConfig,
+                    inputs: Sequence[ValidInput]) -> list[int]:
+    """Each input's ``max_context_tokens``, capped so its longest prompt plus generation
+    fits the model's window; a question that cannot fit at all is a typed error."""
+    window = getattr(backend, "context_window", None)
+    if not window:
+        return [config.max_context_tokens] * len(inputs)
+    render = backend.render_prompt
+    plans = []  # per input: its given candidates (field name, text) and its fixed prompts
+    texts: list[str] = []
+    for valid in inputs:
+        views = view_texts(valid.question, "")
+        given = [(valid.name(key), getattr(valid, key))
+                 for key in ("direct_answer", "rag_answer")]
+        given += [(valid.name("rag_candidates", f"[{i}]"), text)
+                  for i, (_, text) in enumerate(valid.rag_candidates or [])]
+        given = [(name, text) for name, text in given if text]
+        plans.append((len(texts), given))
+        texts += [render(views.question_only), render(views.question_context)]
+        texts += [text for _, text in given]
+    counts = count_tokens_many(backend, texts)
+    return [_capped_budget(config, valid, window, counts[at:at + 2 + len(given)], given)
+            for valid, (at, given) in zip(inputs, plans, strict=True)]
+
+
+def _capped_budget(config: TrustMarginConfig, valid: ValidInput, window: int,
+                   counts: Sequence[int], given: Sequence[tuple[str, str]]) -> int:
+    """One input's budget from its counted prompts (question-only, question+empty
+    context) and given candidates."""
+    budget = config.max_context_tokens
+    # A given candidate is scored after every prompt, so it needs the room that
+    # generation would otherwise take (cleaning can only shorten it).
+    answer = config.max_new_tokens
+    for (field_name, _), size in zip(given, counts[2:], strict=True):
+        if size > window // 2:
+            raise InvalidInputError(
+                field_name,
+                f"is {size} tokens, too long to score in the model's {window}-token window",
+                "pass the short answer (a phrase), not a document")
+        answer = max(answer, size)
+    question_only = counts[0]
+    room = context_room(window, counts[1], answer)
+    if question_only + answer > window or room is None:
+        fixed = tokens_before_context(counts[1], answer)
+        raise InvalidInputError(
+            valid.name("question"),
+            f"is too long: its prompts take {max(question_only, fixed)} of the model's "
+            f"{window}-token window before any passage",
+            "shorten the question (or use a model with a longer window)")
+    if room < budget:
+        valid.warnings.append(f"passages: context budget capped at {room} "
+                              f"tokens to fit the model's {window}-token window")
+        budget = room
+    return budget

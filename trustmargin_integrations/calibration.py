@@ -1,0 +1,215 @@
+"""The calibration file the arbiter loads: a fitted (lambda_bind, tau) for one model and
+prompt version with its provenance, and the files this package ships for named models.
+
+``TrustMargin.from_pretrained(model, calibration=path_or_"shipped")`` loads one
+(:meth:`Calibration.coerce`), refuses it for another model or prompt version
+(:meth:`Calibration.check`) and applies it to the config (:meth:`Calibration.apply`). The
+fitting that writes these files (``trustmargin calibrate``) is
+:mod:`trustmargin_integrations.evaluation.calibration`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib.resources import files
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from trustmargin_integrations.config import TrustMarginConfig
+from trustmargin_integrations.errors import InvalidInputError
+
+Objective = Literal["f1", "em"]
+"""The mean a calibration maximizes."""
+SHIPPED = "shipped"
+"""``calibration="shipped"``: the file this package ships for a named model."""
+_NUMBER_LIST = re.compile(r"\[\s*(-?[\d.eE+-]+(?:,\s*-?[\d.eE+-]+)*)\s*\]")
+
+
+class IntervalResult(BaseModel):
+    """A cross-validated mean (x100) with its bootstrap interval."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mean: float
+    low: float
+    high: float
+
+
+class DifferenceResult(IntervalResult):
+    """A paired difference (x100): interval and share of resamples above zero."""
+
+    versus: str = Field(description="The method subtracted (best_single resolved).")
+    p_positive: float
+
+
+class FoldResult(BaseModel):
+    """One fold: the fit on the other folds and the questions it was scored on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lambda_bind: float
+    tau: float
+    n_train: int
+    n_test: int
+
+
+class ComparisonResult(BaseModel):
+    """The calibrated rule against the default rule and the single sources, on questions
+    the fit did not see, with paired bootstrap intervals."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seed: int
+    objective: Objective
+    resamples: int
+    n: int
+    sizes: dict[str, int] = Field(default_factory=dict,
+                                  description="Dataset name -> questions compared.")
+    methods: dict[str, IntervalResult] = Field(
+        description="calibrated (held-out), default (0.5, -1.5), direct, rag: x100.")
+    differences: dict[str, DifferenceResult]
+    small_sample: bool
+
+
+class CrossValidationResult(ComparisonResult):
+    """k-fold estimate of the calibrated rule against the default rule and single sources."""
+
+    folds: int
+    fold_fits: list[FoldResult]
+
+
+class RetrievalSetup(BaseModel):
+    """How the run retrieved its evidence (from the run's manifest)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: str | None = Field(None, description="e.g. precomputed, bm25:corpus.json")
+    top_k: int | None = None
+
+
+class FittedOn(BaseModel):
+    """Which questions the final fit saw."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_dir: str
+    datasets: dict[str, int] = Field(description="Dataset name -> number of questions.")
+    n: int
+    question_ids: list[str] = Field(
+        default_factory=list,
+        description="Ids of the questions fitted on (set when part of the run was held out).")
+    holdout: float = Field(0.0, description="Share of the run's questions set aside.")
+    split_seed: int | None = None
+
+
+class Calibration(BaseModel):
+    """A fitted (lambda_bind, tau) for one model and prompt version, with its provenance.
+
+    Load it with :meth:`load`; ``TrustMargin.from_pretrained(model, calibration=path)``
+    checks it against the loaded model (:meth:`check`) and applies it (:meth:`apply`).
+    """
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    model_id: str
+    dtype: str | None = None
+    prompt_version: str
+    retrieval: RetrievalSetup = Field(default_factory=RetrievalSetup)
+    lambda_bind: float
+    tau: float
+    objective: Objective
+    score: float = Field(description="Objective (x100) of the fit on the questions it saw.")
+    default_score: float = Field(description="Objective (x100) of the paper's defaults on "
+                                             "the same questions.")
+    grid: dict[str, list[float]] = Field(description="The lambdas and taus searched.")
+    fitted_on: FittedOn
+    cv: CrossValidationResult | None = None
+    held_out: ComparisonResult | None = Field(
+        None, description="The fitted rule on the run's questions outside the fit.")
+    created_at: str
+    package_version: str
+
+    @classmethod
+    def load(cls, path: str | Path) -> Calibration:
+        """Read a calibration file written by ``trustmargin calibrate``."""
+        file = Path(path)
+        if not file.is_file():
+            raise InvalidInputError("calibration", f"{file} does not exist",
+                                    "pass the file written by `trustmargin calibrate RUN_DIR`")
+        try:
+            return cls.model_validate_json(file.read_text(encoding="utf-8"))
+        except ValidationError as exc:
+            problem = exc.errors()[0]
+            where = ".".join(str(p) for p in problem["loc"]) or "file"
+            raise InvalidInputError("calibration", f"{file} is not a calibration file "
+                                    f"({where}: {problem['msg'].lower()})",
+                                    "re-create it with `trustmargin calibrate RUN_DIR`"
+                                    ) from None
+
+    @classmethod
+    def coerce(cls, value: str | Path | Calibration, *, model: str | None = None
+               ) -> Calibration:
+        """A Calibration, the one stored at a path, or (``"shipped"``) the one this package
+        ships for the named ``model``."""
+        if isinstance(value, Calibration):
+            return value
+        if str(value) == SHIPPED:
+            return cls.load(shipped_path(model))
+        return cls.load(value)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the calibration as indented JSON; return the path."""
+        file = Path(path)
+        file.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(self.model_dump(mode="json"), indent=1)
+        # One line per list of numbers (the grid), not one line per number.
+        text = _NUMBER_LIST.sub(lambda m: "[" + re.sub(r"\s+", " ", m.group(1)) + "]", text)
+        file.write_text(text + "\n", encoding="utf-8")
+        return file
+
+    def check(self, model_id: str, prompt_version: str) -> None:
+        """Refuse a model or prompt version other than the one the fit was made with.
+
+        Margins are log-likelihood differences of one model under one set of prompts; a
+        threshold fitted on another model's margins has no meaning for this one.
+        """
+        if model_id != self.model_id:
+            raise InvalidInputError(
+                "calibration", f"was fitted for model {self.model_id!r}, not {model_id!r}",
+                f"load {self.model_id!r}, or calibrate on a run of {model_id!r}: "
+                f"`trustmargin eval --model ...` then `trustmargin calibrate RUN_DIR`")
+        if prompt_version != self.prompt_version:
+            raise InvalidInputError(
+                "calibration", f"was fitted with prompt version {self.prompt_version!r}, "
+                f"this package uses {prompt_version!r}",
+                "re-run `trustmargin eval` with this package, then `trustmargin calibrate`")
+
+    def apply(self, config: TrustMarginConfig | None = None) -> TrustMarginConfig:
+        """``config`` (default: the paper's) with the fitted lambda_bind and tau, validated."""
+        base = config or TrustMarginConfig()
+        updated = base.model_copy(update={"lambda_bind": self.lambda_bind, "tau": self.tau})
+        return TrustMarginConfig.model_validate(updated.model_dump())
+
+
+def shipped_models() -> list[str]:
+    """Named models with a calibration file in this package."""
+    folder = files("trustmargin_integrations").joinpath("calibrations")
+    if not folder.is_dir():
+        return []
+    return sorted(p.name.removesuffix(".json") for p in folder.iterdir()
+                  if p.name.endswith(".json"))
+
+
+def shipped_path(model: str | None) -> Path:
+    """The calibration file shipped for ``model`` (a named model such as qwen2.5-1.5b)."""
+    available = shipped_models()
+    if model not in available:
+        raise InvalidInputError(
+            "calibration", f"no calibration is shipped for model {model!r} (shipped: "
+            f"{', '.join(available) or 'none'})",
+            "use one of those models, or fit your own: `trustmargin eval --model ...` then "
+            "`trustmargin calibrate RUN_DIR`")
+    return Path(str(files("trustmargin_integrations").joinpath(f"calibrations/{model}.json")))

@@ -1,0 +1,165 @@
+"""``trustmargin calibrate``: fit lambda_bind and tau on a run directory's cache and build the
+calibration file (:func:`calibrate_run`), and the plain-text summary it prints
+(:func:`describe`). The fitting itself (grid, folds, held-out comparison) is
+:mod:`trustmargin_integrations.evaluation.calibration`; the file model is
+:mod:`trustmargin_integrations.calibration`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Sequence
+from pathlib import Path
+
+from trustmargin_integrations._version import __version__
+from trustmargin_integrations.calibration import (
+    Calibration,
+    ComparisonResult,
+    FittedOn,
+    Objective,
+    RetrievalSetup,
+)
+from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.evaluation.bootstrap import BEST_SINGLE, DEFAULT_RESAMPLES
+from trustmargin_integrations.evaluation.calibration import (
+    LAMBDAS,
+    TAUS,
+    CrossValidation,
+    Problem,
+    comparison_result,
+    cross_validate,
+    held_out_comparison,
+    split_holdout,
+)
+from trustmargin_integrations.evaluation.diagnostics import (
+    DEFAULT_LAMBDA,
+    DEFAULT_TAU,
+    score_records,
+)
+from trustmargin_integrations.evaluation.rundir import load_run
+
+
+def calibrate_run(
+    run_dir: str | Path,
+    *,
+    objective: Objective = "f1",
+    folds: int = 5,
+    seed: int = 0,
+    resamples: int = DEFAULT_RESAMPLES,
+    lambdas: Sequence[float] = LAMBDAS,
+    taus: Sequence[float] = TAUS,
+    holdout: float = 0.0,
+    split_seed: int = 0,
+) -> tuple[Calibration, CrossValidation | None]:
+    """Fit lambda_bind and tau on a run directory's cache (cross-validated when folds >= 2).
+
+    Args:
+        run_dir: a directory written by ``trustmargin eval``.
+        objective: ``f1`` or ``em``, the mean maximized.
+        folds: cross-validation folds (0 skips cross-validation).
+        seed: seed of the fold shuffle and of the bootstrap.
+        resamples: bootstrap resamples of the held-out comparison.
+        holdout: share of each dataset's questions set aside before anything is fitted
+            (cross-validation included); the file records the fitted ids and the fitted
+            rule's scores on the held-out questions.
+        split_seed: seed of the hold-out split.
+    """
+    runs = load_run(run_dir)
+    scored = {r.name: score_records(r.records) for r in runs}
+    problem = Problem(scored, objective, lambdas, taus)
+    names = [problem.dataset_names[d] for d in problem.dataset]
+    keep = split_holdout(names, holdout, split_seed)
+    fit_on = [q for q in range(len(problem)) if keep[q]]
+    held = [q for q in range(len(problem)) if not keep[q]]
+    cv = cross_validate(problem, folds, seed, resamples, fit_on) if folds else None
+    final = problem.fit(fit_on)
+    decisions = [rec.decision for r in runs for rec in r.records]
+    ids = [str(s.decision.id) for s in problem.scored]
+    if holdout and len(set(ids)) != len(ids):
+        raise InvalidInputError("run_dir", "holds questions without unique ids, so the "
+                                "held-out questions cannot be named",
+                                "evaluate with `trustmargin eval` (it sets dataset:test_id ids)")
+    info = [r.info for r in runs]
+    modes = sorted({str(i["retrieval"]) for i in info if i.get("retrieval")})
+    top_ks = {int(i["top_k"]) for i in info if i.get("top_k") is not None}
+    calibration = Calibration(
+        model_id=_only({d.model_id for d in decisions}, "model"),
+        dtype=_maybe_only({str(i["dtype"]) for i in info if i.get("dtype")}),
+        prompt_version=_only({d.prompt_version for d in decisions}, "prompt version"),
+        retrieval=RetrievalSetup(mode=", ".join(modes) or None,
+                                 top_k=top_ks.pop() if len(top_ks) == 1 else None),
+        lambda_bind=final.lambda_bind, tau=final.tau, objective=objective,
+        score=final.score, default_score=final.default_score,
+        grid={"lambdas": problem.lambdas, "taus": problem.taus},
+        fitted_on=FittedOn(
+            run_dir=Path(run_dir).resolve().name,
+            datasets={n: sum(names[q] == n for q in fit_on) for n in dict.fromkeys(names)},
+            n=len(fit_on), question_ids=[ids[q] for q in fit_on] if held else [],
+            holdout=holdout, split_seed=split_seed if held else None),
+        cv=cv.result(objective) if cv else None,
+        held_out=comparison_result(held_out_comparison(problem, held, final, resamples, seed),
+                                   objective) if held else None,
+        created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        package_version=__version__,
+    )
+    return calibration, cv
+
+
+def _only(values: set[str], what: str) -> str:
+    if len(values) != 1:
+        raise InvalidInputError("run_dir", f"mixes {len(values)} values of the {what} "
+                                f"({', '.join(sorted(values))})",
+                                "calibrate on a run of one model and one prompt version")
+    return next(iter(values))
+
+
+def _maybe_only(values: set[str]) -> str | None:
+    return next(iter(values)) if len(values) == 1 else (", ".join(sorted(values)) or None)
+
+
+def describe(calibration: Calibration, cv: CrossValidation | None) -> list[str]:
+    """Plain-text lines summarizing a calibration (what ``trustmargin calibrate`` prints)."""
+    metric = calibration.objective.upper()
+    fitted = calibration.fitted_on
+    lines = [f"model {calibration.model_id} ({calibration.dtype or 'dtype ?'}), prompts "
+             f"{calibration.prompt_version}, retrieval {calibration.retrieval.mode} "
+             f"top-{calibration.retrieval.top_k}",
+             "fitted on: " + ", ".join(f"{k} {v}" for k, v in fitted.datasets.items())]
+    if cv is not None:
+        lines += ["", f"{cv.folds}-fold cross-validation on those questions (stratified by "
+                      f"dataset, seed {cv.seed}): held-out mean {metric} x100", ""]
+        lines += _comparison_lines(cv.result(calibration.objective))
+        fits = ", ".join(f"({f.fit.lambda_bind:g}, {f.fit.tau:g})" for f in cv.fold_fits)
+        lines += ["", f"  per-fold fits (lambda, tau): {fits}", "  " + cv.bootstrap.note()]
+    scope = "all" if not fitted.holdout else "the"
+    lines += ["", f"final fit on {scope} {fitted.n} questions: lambda_bind = "
+                  f"{calibration.lambda_bind:g}, tau = {calibration.tau:g} ({metric} "
+                  f"{calibration.score:.2f} in-sample; defaults 0.5 / -1.5: "
+                  f"{calibration.default_score:.2f})"]
+    if cv is None and calibration.held_out is None:
+        lines.append("  in-sample numbers are optimistic; --folds 5 estimates the held-out gain")
+    if calibration.lambda_bind == DEFAULT_LAMBDA and calibration.tau == DEFAULT_TAU:
+        lines.append("  the defaults are already optimal on these questions")
+    if calibration.held_out is not None:
+        held = calibration.held_out
+        lines += ["", f"held out before fitting ({100 * fitted.holdout:g}% of each dataset, "
+                      f"split seed {fitted.split_seed}): the final fit on "
+                      + ", ".join(f"{k} {v}" for k, v in held.sizes.items())
+                      + f" questions it never saw, mean {metric} x100", ""]
+        lines += _comparison_lines(held)
+        if held.small_sample:
+            lines.append("  small sample: the intervals are wide and only approximate")
+    return lines
+
+
+def _comparison_lines(result: ComparisonResult) -> list[str]:
+    """Each method's mean and interval, then each difference with its interval."""
+    width = max(len(m) for m in result.methods)
+    lines = [f"  {m:<{width}}  {v.mean:6.2f}  [{v.low:.2f}, {v.high:.2f}]"
+             for m, v in result.methods.items()]
+    lines.append("")
+    for key, d in result.differences.items():
+        label = key.replace(BEST_SINGLE, f"best single source ({d.versus})")
+        lines.append(f"  {label:<44} {d.mean:+6.2f}  [{d.low:+.2f}, {d.high:+.2f}]  "
+                     f"P(> 0) = {d.p_positive:.2f}")
+    return lines
