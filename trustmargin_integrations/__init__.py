@@ -9,33 +9,62 @@ Quick start::
 
     index = BM25Index.build(passages)             # or any retriever: search(query, k)
     decision = tm.answer("Who wrote Hamlet?", index, k=3)   # retrieve, answer both ways, decide
+
+The names below are re-exported lazily (PEP 562): each loads its module on first use, so that
+importing one light module (``trustmargin_integrations.errors``) does not load the arbiter,
+the retrievers (bm25s, PyStemmer, numpy) or torch.
 """
 
-from trustmargin_integrations._version import __version__ as __version__
-from trustmargin_integrations.answers import answers_agree, clean_answer, normalize_answer
-from trustmargin_integrations.arbiter import TrustMargin
-from trustmargin_integrations.backends.base import Backend
-from trustmargin_integrations.config import TrustMarginConfig
-from trustmargin_integrations.errors import (
-    BackendError,
-    CacheCorruptError,
-    InvalidInputError,
-    ModelLoadError,
-    TrustMarginError,
-)
-from trustmargin_integrations.margins import Margins, Verdict, compute_margins, decide, settle
-from trustmargin_integrations.prompts import PROMPT_VERSION
-from trustmargin_integrations.retrieval import BM25Index, Retriever, load_corpus
-from trustmargin_integrations.schema import (
-    ArbitrationInput,
-    Decision,
-    Passage,
-    PassageRef,
-    Timings,
-    ViewLikelihoods,
-    ViewPrompts,
-)
+from __future__ import annotations
 
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from trustmargin_integrations._version import __version__ as __version__
+
+if TYPE_CHECKING:
+    from trustmargin_integrations.answers import answers_agree, clean_answer, normalize_answer
+    from trustmargin_integrations.arbiter import TrustMargin
+    from trustmargin_integrations.backends.base import Backend
+    from trustmargin_integrations.config import TrustMarginConfig
+    from trustmargin_integrations.errors import (
+        BackendError,
+        CacheCorruptError,
+        InvalidInputError,
+        ModelLoadError,
+        TrustMarginError,
+    )
+    from trustmargin_integrations.margins import Margins, Verdict, compute_margins, decide, settle
+    from trustmargin_integrations.prompts import PROMPT_VERSION
+    from trustmargin_integrations.retrieval import BM25Index, Retriever, load_corpus
+    from trustmargin_integrations.schema import (
+        ArbitrationInput,
+        Decision,
+        Passage,
+        PassageRef,
+        Timings,
+        ViewLikelihoods,
+        ViewPrompts,
+    )
+
+_MODULE_OF = {
+    "answers_agree": "answers", "clean_answer": "answers", "normalize_answer": "answers",
+    "TrustMargin": "arbiter",
+    "Backend": "backends.base",
+    "TrustMarginConfig": "config",
+    "BackendError": "errors", "CacheCorruptError": "errors", "InvalidInputError": "errors",
+    "ModelLoadError": "errors", "TrustMarginError": "errors",
+    "Margins": "margins", "Verdict": "margins", "compute_margins": "margins",
+    "decide": "margins", "settle": "margins",
+    "PROMPT_VERSION": "prompts",
+    "BM25Index": "retrieval", "Retriever": "retrieval", "load_corpus": "retrieval",
+    "ArbitrationInput": "schema", "Decision": "schema", "Passage": "schema",
+    "PassageRef": "schema", "Timings": "schema", "ViewLikelihoods": "schema",
+    "ViewPrompts": "schema",
+}
+"""Public name -> the module (under this package) that defines it."""
+
+# A literal list, so that type checkers and linters see the public names.
 __all__ = [
     "PROMPT_VERSION",
     "ArbitrationInput",
@@ -65,3 +94,18 @@ __all__ = [
     "normalize_answer",
     "settle",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Load a public name's module on first use and cache the name here."""
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The module's attributes with the lazily exported names (for completion)."""
+    return sorted({*globals(), *__all__})

@@ -1,0 +1,57 @@
+"""The package root re-exports lazily: importing a light module stays light, and every
+public name still resolves from the root."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import trustmargin_integrations as package
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ["bm25s", "Stemmer", "numpy", "torch", "transformers",
+         "trustmargin_integrations.arbiter", "trustmargin_integrations.retrieval"]
+
+
+def _fresh_modules(code: str) -> set[str]:
+    """The modules loaded by ``code`` in a fresh interpreter (this worktree first on the
+    path, so the checkout under test is the one imported)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    out = subprocess.run([sys.executable, "-c", code + "\nimport json, sys\n"
+                          "print(json.dumps(sorted(sys.modules)))"],
+                         capture_output=True, text=True, check=True, env=env, cwd=ROOT)
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def test_importing_errors_loads_no_heavy_module() -> None:
+    loaded = _fresh_modules("import trustmargin_integrations.errors")
+    assert "trustmargin_integrations.errors" in loaded
+    assert not [name for name in HEAVY if name in loaded]
+
+
+def test_importing_the_root_loads_no_heavy_module_until_a_name_is_used() -> None:
+    loaded = _fresh_modules("import trustmargin_integrations")
+    assert not [name for name in HEAVY if name in loaded]
+    used = _fresh_modules("from trustmargin_integrations import TrustMargin")
+    assert "trustmargin_integrations.arbiter" in used
+
+
+def test_every_public_name_resolves_from_its_module() -> None:
+    table = package._MODULE_OF
+    assert sorted(package.__all__) == sorted(table)
+    for name in package.__all__:
+        value = getattr(package, name)
+        module = sys.modules[f"trustmargin_integrations.{table[name]}"]
+        assert value is getattr(module, name)
+        assert name in dir(package)
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="NoSuchName"):
+        package.NoSuchName  # noqa: B018
