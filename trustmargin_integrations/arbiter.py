@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from tqdm.auto import tqdm
 
-from trustmargin_integrations.answers import answers_agree, clean_answer
+from trustmargin_integrations.answers import answer_complete, answers_agree, clean_answer
 from trustmargin_integrations.backends.base import (
     Backend,
     ContinuationRequest,
@@ -460,7 +460,7 @@ class TrustMargin:
             view = "question_only" if side == "direct" else "question_context"
             start = time.perf_counter()
             raw = session.generate([getattr(chunk[i].views, view) for i in todo],
-                                   self.config.max_new_tokens)
+                                   self.config.max_new_tokens, stop=answer_complete)
             share = (time.perf_counter() - start) / len(todo)
             for i, text in zip(todo, raw, strict=True):
                 out[i] = self._cleaned(text, generated=True, seconds=share)
