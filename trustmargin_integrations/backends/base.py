@@ -12,6 +12,11 @@ lets an engine keep state between those two calls: the transformers backend keep
 caches of generation and branches the scoring off them. :class:`PlainSession` simply forwards
 to the backend's own ``generate`` and ``score_continuations``; that is all a simple engine
 needs (see :class:`~trustmargin_integrations.backends.openai_compat.OpenAICompatBackend`).
+
+``generate`` takes an optional stop predicate on the text decoded so far (:data:`StopPredicate`):
+the caller says when a generation is complete (the arbiter passes the answer policy's
+``answer_complete``); the backend only honours it. :class:`TokenDecoder` is the extra contract
+of a backend that decodes token by token on a local model, which FLARE and CLeHe need.
 """
 
 from __future__ import annotations
