@@ -12,8 +12,8 @@ Measured (Markdown tables on stdout; ``--out FILE`` also writes them with the ra
 JSON):
 
 1. greedy decode per token at batch 1 after the RAG prompt: the model's own loop (prefill +
-   N steps on a DynamicCache, as ``HFBackend._prefill`` runs it) and ``HFBackend``'s loop
-   with its stop checks switched off so that exactly N tokens are made;
+   N steps on a DynamicCache through ``HFBackend.prefill``/``greedy_steps``) and
+   ``HFBackend.generate`` with its EOS stop switched off so that exactly N tokens are made;
 2. per-question latency at batch 1: ``tm.arbitrate_batch`` (both candidates generated and
    six likelihoods) against Direct+RAG generation alone (two ``backend.generate`` calls);
 3. throughput (questions/s, ``tm.prepare`` included) at each ``--batch-sizes`` value, with
@@ -76,7 +76,7 @@ import transformers
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
 from trustmargin_integrations import TrustMargin, TrustMarginConfig
-from trustmargin_integrations.backends import hf as hf_module
+from trustmargin_integrations.answers import answer_complete
 from trustmargin_integrations.backends.base import ContinuationRequest
 from trustmargin_integrations.backends.hf import HFBackend
 from trustmargin_integrations.retrieval import BM25Index, load_corpus
@@ -250,38 +250,23 @@ def rss_gb() -> float | None:
 # -- measurements ---------------------------------------------------------------------------
 
 
-@torch.inference_mode()
 def model_decode(backend: HFBackend, prompt: list[int], new_tokens: int) -> int:
-    """Prefill ``prompt`` and greedily decode ``new_tokens`` tokens, exactly as
-    ``HFBackend._prefill`` drives the model (mask, positions, DynamicCache, one host sync per
-    step) but with no stop checks. Returns the number of tokens made."""
-    from transformers import DynamicCache
-
-    model, device = backend.model, backend.device
-    ids = torch.tensor([prompt], device=device)
-    mask = torch.ones_like(ids)
-    positions = torch.arange(len(prompt), device=device)[None]
-    cache = DynamicCache()
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                past_key_values=cache, use_cache=True, logits_to_keep=1)
-    tokens = out.logits[:, -1].argmax(-1)
-    made = [tokens.tolist()]
-    next_pos = positions[:, -1:] + 1
-    for _ in range(new_tokens - 1):
-        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-        out = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=next_pos,
-                    past_key_values=cache, use_cache=True)
-        tokens = out.logits[:, -1].argmax(-1)
-        made.append(tokens.tolist())
-        next_pos = next_pos + 1
-    return len(made)
+    """Prefill ``prompt`` and greedily decode ``new_tokens`` tokens with the backend's
+    public ``prefill``/``step`` (mask, positions, DynamicCache, one host sync per step) and
+    no stop checks at all. Returns the number of tokens made."""
+    batch = backend.prefill([prompt])
+    made = 0
+    for tokens in backend.greedy_steps(batch, new_tokens):
+        tokens.tolist()  # the host sync greedy decoding makes at every step
+        made += 1
+    return made
 
 
 @contextmanager
 def forced_length(backend: HFBackend) -> Iterator[None]:
-    """Switch off HFBackend's stop checks (EOS, completed answer line) for a fixed length."""
-    with mock.patch.object(hf_module, "answer_complete", lambda _text: False), \
-            mock.patch.object(backend, "_eos", set()):
+    """Switch off HFBackend's EOS stop (``generate`` without ``stop`` has no other) so that
+    exactly the asked number of tokens is made."""
+    with mock.patch.object(backend, "eos_token_ids", frozenset()):
         yield
 
 
@@ -302,7 +287,7 @@ def measure_decode(backend: HFBackend, clock: Clock, prompt: str, steps: int,
     one, many = best_times(clock, [lambda: model_decode(backend, ids, 1),
                                    lambda: model_decode(backend, ids, steps)], repeats)
     with forced_length(backend):
-        made = len(backend._prefill([ids], steps).generated[0])
+        made = len(backend.greedy([ids], steps).tokens[0])
         b_one, b_many = best_times(clock, [lambda: backend.generate([prompt], 1),
                                            lambda: backend.generate([prompt], steps)], repeats)
     return {"prompt_tokens": len(ids), "new_tokens": steps, "backend_tokens_made": made,
@@ -316,8 +301,10 @@ def generation_only(backend: HFBackend, tm: TrustMargin, prepared: list[Any],
     order = sorted(prepared, key=lambda p: len(p.views.question_context))
     for start in range(0, len(order), batch):
         chunk = order[start:start + batch]
-        backend.generate([p.views.question_only for p in chunk], tm.config.max_new_tokens)
-        backend.generate([p.views.question_context for p in chunk], tm.config.max_new_tokens)
+        backend.generate([p.views.question_only for p in chunk], tm.config.max_new_tokens,
+                         stop=answer_complete)
+        backend.generate([p.views.question_context for p in chunk], tm.config.max_new_tokens,
+                         stop=answer_complete)
 
 
 def decision_stats(decisions: Sequence[Decision]) -> dict[str, Any]:
@@ -487,7 +474,7 @@ def render(results: dict[str, Any]) -> str:
             ["prefill + first token", f"{1e3 * dec['prefill_s']:.2f}"],
             ["per token, model loop (prefill + N steps, DynamicCache)",
              f"{1e3 * dec['model_per_token_s']:.2f}"],
-            ["per token, HFBackend.generate (stop checks off)",
+            ["per token, HFBackend.generate (EOS stop off, no stop predicate)",
              f"{1e3 * dec['backend_per_token_s']:.2f}"],
         ]),
         "",

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from trustmargin_integrations import TrustMargin, TrustMarginConfig
-from trustmargin_integrations.answers import clean_answer
+from trustmargin_integrations.answers import answer_complete, clean_answer
 from trustmargin_integrations.backends.base import ContinuationRequest
 from trustmargin_integrations.backends.hf import HFBackend
 from trustmargin_integrations.retrieval.bm25 import BM25Index
@@ -58,8 +58,8 @@ def measure(backend: HFBackend, size: int, questions: list[str], index: BM25Inde
         views = prepared.views
 
         start = time.perf_counter()
-        direct = clean_answer(backend.generate([views.question_only], 20)[0])
-        rag = clean_answer(backend.generate([views.question_context], 20)[0])
+        direct = clean_answer(backend.generate([views.question_only], 20, stop=answer_complete)[0])
+        rag = clean_answer(backend.generate([views.question_context], 20, stop=answer_complete)[0])
         gen.append(time.perf_counter() - start)
 
         reqs = six_requests(views, direct or "none", rag or "none")
@@ -74,8 +74,10 @@ def measure(backend: HFBackend, size: int, questions: list[str], index: BM25Inde
         diffs.append(max(abs(f.mean - ref.mean) for f, ref in zip(fast, reference, strict=True)))
 
         with backend.session() as session:
-            d = clean_answer(session.generate([views.question_only], 20)[0]) or "none"
-            r = clean_answer(session.generate([views.question_context], 20)[0]) or "none"
+            d = clean_answer(session.generate([views.question_only], 20,
+                                              stop=answer_complete)[0]) or "none"
+            r = clean_answer(session.generate([views.question_context], 20,
+                                              stop=answer_complete)[0]) or "none"
             start = time.perf_counter()
             session.score(six_requests(views, d, r))
             reuse.append(time.perf_counter() - start)

@@ -57,10 +57,11 @@ class WindowGuard:
 
         with self.inner.session() as inner:
             class Guarded:
-                def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
+                def generate(self, prompts: Sequence[str], max_new_tokens: int, *,
+                             stop: Any = None) -> list[str]:
                     for prompt in prompts:
                         guard._check("generate after", count(prompt) + max_new_tokens)
-                    return inner.generate(prompts, max_new_tokens)
+                    return inner.generate(prompts, max_new_tokens, stop=stop)
 
                 def score(self, requests: Sequence[Any]) -> Any:
                     for req in requests:

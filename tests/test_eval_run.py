@@ -64,10 +64,11 @@ class CountingBackend:
             outer = self
 
             class Counted:
-                def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
+                def generate(self, prompts: Sequence[str], max_new_tokens: int, *,
+                             stop: Any = None) -> list[str]:
                     if any("CONTEXT" not in p for p in prompts):
                         outer.questions += len(prompts)
-                    return inner.generate(prompts, max_new_tokens)
+                    return inner.generate(prompts, max_new_tokens, stop=stop)
 
                 def score(self, requests: Sequence[Any]) -> Any:
                     return inner.score(requests)

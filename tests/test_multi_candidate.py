@@ -18,6 +18,7 @@ from trustmargin_integrations.backends.base import (
     ContinuationRequest,
     ContinuationScore,
     ModelSession,
+    StopPredicate,
 )
 from trustmargin_integrations.backends.hf import HFBackend
 from trustmargin_integrations.demo import demo_corpus
@@ -40,9 +41,10 @@ class SpySession:
     def __init__(self, inner: ModelSession, spy: Spy) -> None:
         self.inner, self.spy = inner, spy
 
-    def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
+    def generate(self, prompts: Sequence[str], max_new_tokens: int, *,
+                 stop: StopPredicate | None = None) -> list[str]:
         self.spy.generated.append(list(prompts))
-        return self.inner.generate(prompts, max_new_tokens)
+        return self.inner.generate(prompts, max_new_tokens, stop=stop)
 
     def score(self, requests: Sequence[ContinuationRequest]) -> list[ContinuationScore]:
         self.spy.scored.append(list(requests))

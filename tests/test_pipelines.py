@@ -22,6 +22,7 @@ from trustmargin_integrations.backends.base import (
     ContinuationRequest,
     ContinuationScore,
     ModelSession,
+    StopPredicate,
 )
 from trustmargin_integrations.backends.hf import HFBackend
 from trustmargin_integrations.demo import demo_corpus
@@ -72,8 +73,9 @@ class ProtocolOnlyBackend:
     def truncate_tokens(self, text: str, max_tokens: int) -> str:
         return self.inner.truncate_tokens(text, max_tokens)
 
-    def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
-        return self.inner.generate(prompts, max_new_tokens)
+    def generate(self, prompts: Sequence[str], max_new_tokens: int, *,
+                 stop: StopPredicate | None = None) -> list[str]:
+        return self.inner.generate(prompts, max_new_tokens, stop=stop)
 
     def score_continuations(
         self, requests: Sequence[ContinuationRequest]

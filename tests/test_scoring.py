@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from trustmargin_integrations import TrustMargin, TrustMarginConfig
-from trustmargin_integrations.answers import clean_answer
+from trustmargin_integrations.answers import answer_complete, clean_answer
 from trustmargin_integrations.backends.base import ContinuationRequest
 from trustmargin_integrations.backends.hf import HFBackend
+from trustmargin_integrations.backends.hf.tree import uses_bool_masks
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "raw"
 TOL = 1e-4
@@ -69,8 +70,10 @@ def test_fast_and_plain_sessions_agree(backend: HFBackend) -> None:
         backend.fast = fast
         try:
             with backend.session() as session:
-                direct = session.generate([p.views.question_only for p in prepared], 20)
-                rag = session.generate([p.views.question_context for p in prepared], 20)
+                direct = session.generate([p.views.question_only for p in prepared], 20,
+                                          stop=answer_complete)
+                rag = session.generate([p.views.question_context for p in prepared], 20,
+                                       stop=answer_complete)
                 reqs = [r for p, d, g in zip(prepared, direct, rag, strict=True)
                         for _, _, r in six_requests(p.views, clean_answer(d), clean_answer(g))]
                 results[fast] = (direct, rag, session.score(reqs))
@@ -126,15 +129,16 @@ def test_greedy_generation_matches_transformers_generate(backend: HFBackend) -> 
     import torch
 
     prompt = backend.render_prompt("Question:\nWhat is the capital of France?\n\nAnswer:")
-    ours = backend.generate([prompt], max_new_tokens=20)[0]
+    ours = backend.generate([prompt], max_new_tokens=20, stop=answer_complete)[0]
     ids = torch.tensor([backend.encode_prompt(prompt)])
     with torch.inference_mode():
         out = backend.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                                      max_new_tokens=20, num_beams=1)
     theirs = backend.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
-    # We stop once the first answer line is complete, so compare what the cleaner keeps.
+    # The arbiter stops once the first answer line is complete: the cleaner keeps the same.
     assert clean_answer(ours) == clean_answer(theirs)
     assert theirs.startswith(ours)
+    assert backend.generate([prompt], max_new_tokens=20)[0] == theirs
 
 
 def test_generation_is_deterministic_and_batch_invariant(backend: HFBackend) -> None:
@@ -152,7 +156,7 @@ def test_eager_attention_uses_an_additive_mask_and_still_agrees(
     before = config._attn_implementation
     config._attn_implementation = "eager"  # the kernel some models only have
     try:
-        assert not backend._bool_masks()
+        assert not uses_bool_masks(backend.model)
         _assert_matches_reference(tm, backend, _cwq(3))
     finally:
         config._attn_implementation = before

@@ -61,6 +61,11 @@ def answer_complete(raw: str) -> bool:
     return "\n" in text.rstrip(" \t") and bool(text.split("\n", 1)[0].strip())
 
 
+# Only a token holding a line break can complete the first answer line, so a token-level
+# decoder tests this stop predicate only after such tokens (backends.base.StopPredicate).
+answer_complete.check_after = "\n\r"  # type: ignore[attr-defined]
+
+
 def normalize_answer(text: str) -> str:
     """SQuAD-style normalization: lowercase, drop punctuation and articles, squeeze spaces."""
     lowered = text.lower()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from trustmargin_integrations.answers import clean_answer
+from trustmargin_integrations.answers import answer_complete, clean_answer
 from trustmargin_integrations.arbiter.preparation import PreparedQuestion
 from trustmargin_integrations.backends.base import ModelSession
 from trustmargin_integrations.config import TrustMarginConfig
@@ -47,7 +47,7 @@ def side_candidates(
         view = "question_only" if side == "direct" else "question_context"
         start = time.perf_counter()
         raw = session.generate([getattr(chunk[i].views, view) for i in todo],
-                               config.max_new_tokens)
+                               config.max_new_tokens, stop=answer_complete)
         share = (time.perf_counter() - start) / len(todo)
         for i, text in zip(todo, raw, strict=True):
             out[i] = cleaned(config, text, generated=True, seconds=share)

@@ -6,6 +6,8 @@ from trustmargin_integrations.backends.base import (
     ContinuationScore,
     ModelSession,
     PlainSession,
+    StopPredicate,
+    TokenDecoder,
     plain_session,
 )
 
@@ -15,5 +17,7 @@ __all__ = [
     "ContinuationScore",
     "ModelSession",
     "PlainSession",
+    "StopPredicate",
+    "TokenDecoder",
     "plain_session",
 ]

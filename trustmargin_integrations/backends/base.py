@@ -12,14 +12,49 @@ lets an engine keep state between those two calls: the transformers backend keep
 caches of generation and branches the scoring off them. :class:`PlainSession` simply forwards
 to the backend's own ``generate`` and ``score_continuations``; that is all a simple engine
 needs (see :class:`~trustmargin_integrations.backends.openai_compat.OpenAICompatBackend`).
+
+``generate`` takes an optional stop predicate on the text decoded so far (:data:`StopPredicate`):
+the caller says when a generation is complete (the arbiter passes the answer policy's
+``answer_complete``); the backend only honours it. :class:`TokenDecoder` is the extra contract
+of a backend that decodes token by token on a local model, which FLARE and CLeHe need.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
+
+StopPredicate = Callable[[str], bool]
+"""When to end one greedy generation early: called with the text decoded so far (the newest
+token included); True ends that generation after its newest token. ``None`` in its place means
+"stop only at EOS or after ``max_new_tokens``".
+
+A predicate may carry a ``check_after`` attribute, a string of characters: a promise that it
+can only turn true after a token whose text holds one of them. A token-level decoder then
+tests it only after such tokens (their ids are computed once per tokenizer) instead of
+decoding every row's text at every step. :func:`~trustmargin_integrations.answers.
+answer_complete` carries ``check_after = "\n\r"``.
+"""
+
+
+def stop_check_after(stop: StopPredicate | None) -> str | None:
+    """The characters after which ``stop`` can turn true (None: after any token)."""
+    chars = getattr(stop, "check_after", None)
+    return chars if isinstance(chars, str) and chars else None
+
+
+def cut_at_stop(text: str, stop: StopPredicate | None) -> str:
+    """``text`` up to the first character after which ``stop`` holds (all of it when it never
+    does): the stop rule for an engine that only sees finished text, such as a server."""
+    if stop is None:
+        return text
+    chars = stop_check_after(stop)
+    for end in range(1, len(text) + 1):
+        if (chars is None or text[end - 1] in chars) and stop(text[:end]):
+            return text[:end]
+    return text
 
 
 @dataclass(frozen=True)
@@ -49,8 +84,10 @@ class ContinuationScore:
 class ModelSession(Protocol):
     """Generation and scoring for one batch of questions (state may be shared between them)."""
 
-    def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
-        """Greedy continuations of rendered prompts (raw text, special tokens removed)."""
+    def generate(self, prompts: Sequence[str], max_new_tokens: int, *,
+                 stop: StopPredicate | None = None) -> list[str]:
+        """Greedy continuations of rendered prompts (raw text, special tokens removed), each
+        ending at EOS, after ``max_new_tokens`` or where ``stop`` first holds."""
         ...
 
     def score(self, requests: Sequence[ContinuationRequest]) -> list[ContinuationScore]:
@@ -78,8 +115,10 @@ class Backend(Protocol):
         """The longest token prefix of ``text`` with at most ``max_tokens`` tokens, as text."""
         ...
 
-    def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
-        """Greedy continuations of rendered prompts (raw text, special tokens removed)."""
+    def generate(self, prompts: Sequence[str], max_new_tokens: int, *,
+                 stop: StopPredicate | None = None) -> list[str]:
+        """Greedy continuations of rendered prompts (raw text, special tokens removed), each
+        ending at EOS, after ``max_new_tokens`` or where ``stop`` first holds."""
         ...
 
     def score_continuations(
@@ -93,15 +132,57 @@ class Backend(Protocol):
         ...
 
 
+@runtime_checkable
+class TokenDecoder(Backend, Protocol):
+    """A backend that also decodes token by token on a local model (what FLARE and CLeHe read:
+    next-token logits, hidden states, token probabilities). The tensors are torch tensors;
+    :class:`~trustmargin_integrations.backends.hf.HFBackend` implements it (see
+    :mod:`trustmargin_integrations.backends.hf.decoding`)."""
+
+    model: Any
+    """The causal LM itself (its config, final norm and output head are read by CLeHe)."""
+    eos_token_ids: frozenset[int]
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        """Token ids of a rendered prompt."""
+        ...
+
+    def decode_tokens(self, ids: Sequence[int]) -> str:
+        """Text of token ids (special tokens removed)."""
+        ...
+
+    def prefill(self, prompts: Sequence[Sequence[int]], *, hidden_states: bool = False) -> Any:
+        """Run a left-padded batch of prompts; the batch holds the next-token logits."""
+        ...
+
+    def step(self, batch: Any, tokens: Sequence[int], *, hidden_states: bool = False) -> None:
+        """Feed one token per row of a prefilled batch; its logits move one step on."""
+        ...
+
+    def greedy_tokens(self, prompt: Sequence[int], max_new_tokens: int) -> Iterator[int]:
+        """The greedy continuation of one prompt, token by token (stop iterating to stop)."""
+        ...
+
+    def stop_holds(self, stop: StopPredicate | None, ids: Sequence[int]) -> bool:
+        """True when ``stop`` holds for generated ``ids`` (checked as greedy decoding does)."""
+        ...
+
+    def token_probabilities(self, prefix: Sequence[int],
+                            continuation: Sequence[int]) -> list[float]:
+        """Probability of each continuation token after ``prefix`` (one plain forward pass)."""
+        ...
+
+
 class PlainSession:
     """A session that forwards to the backend's ``generate`` and ``score_continuations``."""
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
 
-    def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
+    def generate(self, prompts: Sequence[str], max_new_tokens: int, *,
+                 stop: StopPredicate | None = None) -> list[str]:
         """Greedy continuations, straight from the backend."""
-        return self.backend.generate(prompts, max_new_tokens)
+        return self.backend.generate(prompts, max_new_tokens, stop=stop)
 
     def score(self, requests: Sequence[ContinuationRequest]) -> list[ContinuationScore]:
         """Log-likelihoods, straight from the backend."""

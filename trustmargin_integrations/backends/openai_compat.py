@@ -45,6 +45,8 @@ from trustmargin_integrations.backends.base import (
     ContinuationRequest,
     ContinuationScore,
     ModelSession,
+    StopPredicate,
+    cut_at_stop,
     plain_session,
 )
 from trustmargin_integrations.backends.tokens import LocalTokenizerMixin
@@ -301,8 +303,15 @@ class OpenAICompatBackend(LocalTokenizerMixin):
 
     # -- generation -------------------------------------------------------------------------
 
-    def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
-        """Greedy continuations (``temperature=0``; no repetition penalty)."""
+    def generate(self, prompts: Sequence[str], max_new_tokens: int, *,
+                 stop: StopPredicate | None = None) -> list[str]:
+        """Greedy continuations (``temperature=0``; no repetition penalty).
+
+        The server decodes up to ``max_new_tokens`` tokens as before; ``stop`` is applied to
+        the text it returns (:func:`~trustmargin_integrations.backends.base.cut_at_stop`: the
+        text ends at the first character after which ``stop`` holds), so the answer a caller
+        cleans is the one it was before, and the same as the local backend's.
+        """
         def one(prompt: str) -> str:
             data = self._completion({
                 "prompt": prompt, "max_tokens": max_new_tokens, "temperature": 0.0,
@@ -313,7 +322,7 @@ class OpenAICompatBackend(LocalTokenizerMixin):
             })
             return self._choice(data).get("text") or ""
 
-        return self._map(one, list(prompts))
+        return [cut_at_stop(text, stop) for text in self._map(one, list(prompts))]
 
     def _choice(self, data: Mapping[str, Any]) -> dict[str, Any]:
         choices = data.get("choices")

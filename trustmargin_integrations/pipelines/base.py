@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 from tqdm.auto import tqdm
 
-from trustmargin_integrations.backends.base import Backend, count_tokens_many
+from trustmargin_integrations.backends.base import Backend, TokenDecoder, count_tokens_many
 from trustmargin_integrations.context import build_context, context_room
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.prompts import format_passage, join_passages, view_texts
@@ -374,15 +374,14 @@ def first_sentence(text: str) -> str:
     return line
 
 
-def require_hf(backend: Any, pipeline: str, needs: str) -> Any:
-    """``backend`` when it is an :class:`~trustmargin_integrations.backends.hf.HFBackend`,
-    else a typed error naming the fix (``needs`` says what the pipeline reads off the model)."""
-    from trustmargin_integrations.backends.hf import HFBackend
-
-    if not isinstance(backend, HFBackend):
+def require_token_decoder(backend: Any, pipeline: str, needs: str) -> TokenDecoder:
+    """``backend`` when it decodes token by token (a
+    :class:`~trustmargin_integrations.backends.base.TokenDecoder`, such as ``HFBackend``), else
+    a typed error naming the fix (``needs`` says what the pipeline reads off the model)."""
+    if not isinstance(backend, TokenDecoder):
         raise InvalidInputError(
             "backend", f"the {pipeline} pipeline needs {needs} of a local transformers model, "
             f"which a {type(backend).__name__} does not expose",
-            "pass an HFBackend (HFBackend.load(model)), or use the 'ircot' or 'dtr' pipeline, "
-            "which work with any Backend")
+            "pass an HFBackend (HFBackend.load(model)) or another TokenDecoder, or use the "
+            "'ircot' or 'dtr' pipeline, which work with any Backend")
     return backend

@@ -43,7 +43,7 @@ from trustmargin_integrations.pipelines.base import (
     check_int,
     refs,
     register,
-    require_hf,
+    require_token_decoder,
 )
 from trustmargin_integrations.prompts import view_texts
 from trustmargin_integrations.retrieval.base import Retriever
@@ -55,8 +55,9 @@ class CLeHePipeline(BasePipeline):
     """CLeHe entropy-based ensemble + contrastive decoding on a local transformers model.
 
     Args:
-        backend: an :class:`~trustmargin_integrations.backends.hf.HFBackend` (the decoding
-            reads next-token distributions and intermediate hidden states off the model).
+        backend: a :class:`~trustmargin_integrations.backends.base.TokenDecoder` such as
+            :class:`~trustmargin_integrations.backends.hf.HFBackend` (the decoding reads
+            next-token distributions and intermediate hidden states off the model).
         retriever: anything with ``search(query, k)``.
         k: passages retrieved, one decoding row each (the paper's BM25-RAG depth by default).
         temperature: temperature of the entropy weights, > 0 (0.25 by default; lower values
@@ -79,7 +80,7 @@ class CLeHePipeline(BasePipeline):
                  plausibility: float = 0.1, max_new_tokens: int = 32,
                  max_context_tokens: int = 2048, trace_steps: int = 32) -> None:
         super().__init__(backend, retriever)
-        self.hf = require_hf(backend, "clehe", "the next-token distributions and the "
+        self.hf = require_token_decoder(backend, "clehe", "the next-token distributions and the "
                              "intermediate hidden states")
         self.k = check_int("k", k, 1)
         self.temperature = check_float("temperature", temperature, 0.0, None)
@@ -125,7 +126,7 @@ class CLeHePipeline(BasePipeline):
         question_only = hf.render_prompt(view_texts(question, "").question_only)
         if not hits:
             # Nothing to ensemble: greedy closed-book decoding, said so in the trace.
-            raw = hf.generate([question_only], self.max_new_tokens)[0]
+            raw = hf.generate([question_only], self.max_new_tokens, stop=answer_complete)[0]
             steps.append(PipelineStep("decide", extra={"reason": "no passage retrieved: "
                                                        "closed-book greedy decoding"}))
             steps.append(PipelineStep("generate", text=raw))
@@ -137,7 +138,7 @@ class CLeHePipeline(BasePipeline):
             rows.extend(used)
             prompts.append(hf.encode_prompt(prompt))
         ids, records, stop = self.decode(prompts, hf.encode_prompt(question_only))
-        answer = hf._decode(ids)
+        answer = hf.decode_tokens(ids)
         steps.append(PipelineStep("decode", text=answer, passages=refs(rows), extra={
             "stop": stop, "tokens": len(ids), "trace": records,
             "trace_truncated": len(ids) + (stop == "eos") > len(records)}))
@@ -157,55 +158,29 @@ class CLeHePipeline(BasePipeline):
             weights, entropies, chosen layer) and the stop reason (``"eos"``, ``"line"``,
             ``"limit"``).
         """
-        from transformers import DynamicCache
-
         hf = self.hf
-        device = hf.device
-        with hf._lock:
-            # Passage rows: one left-padded batch with its own KV cache.
-            width = max(len(p) for p in documents)
-            pads = [width - len(p) for p in documents]
-            ids = torch.tensor([[hf._pad] * n + p for n, p in zip(pads, documents, strict=True)],
-                               device=device)
-            mask = torch.tensor([[0] * n + [1] * len(p) for n, p in zip(pads, documents,
-                                                                         strict=True)],
-                                device=device)
-            positions = (mask.cumsum(-1) - 1).clamp(min=0)
-            cache = DynamicCache()
-            doc_logits = hf.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                                  past_key_values=cache, use_cache=True,
-                                  logits_to_keep=1).logits[:, -1]
-            next_pos = positions[:, -1:] + 1
-            # The question-only row runs apart: only it needs the hidden states of every layer.
-            q_cache = DynamicCache()
-            q_hidden = hf.model(input_ids=torch.tensor([question_only], device=device),
-                                past_key_values=q_cache, use_cache=True,
-                                output_hidden_states=True, logits_to_keep=1).hidden_states
-            line_breaks = hf.line_break_tokens()
-            generated: list[int] = []
-            records: list[dict[str, Any]] = []
-            stop = "limit"
-            for step in range(self.max_new_tokens):
-                token, record = self._step(doc_logits, q_hidden)
-                if step < self.trace_steps:
-                    records.append({**record, "piece": hf._decode([token])})
-                if token in hf._eos:
-                    stop = "eos"
-                    break
-                generated.append(token)
-                if token in line_breaks and answer_complete(hf._decode(generated)):
-                    stop = "line"
-                    break
-                if step == self.max_new_tokens - 1:
-                    break
-                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-                fed = torch.full((len(documents), 1), token, device=device)
-                doc_logits = hf.model(input_ids=fed, attention_mask=mask, position_ids=next_pos,
-                                      past_key_values=cache, use_cache=True).logits[:, -1]
-                next_pos = next_pos + 1
-                q_hidden = hf.model(input_ids=torch.tensor([[token]], device=device),
-                                    past_key_values=q_cache, use_cache=True,
-                                    output_hidden_states=True).hidden_states
+        # Passage rows: one left-padded batch with its own KV cache. The question-only row
+        # runs apart: only it needs the hidden states of every layer.
+        passages = hf.prefill(documents)
+        question = hf.prefill([question_only], hidden_states=True)
+        generated: list[int] = []
+        records: list[dict[str, Any]] = []
+        stop = "limit"
+        for step in range(self.max_new_tokens):
+            token, record = self._step(passages.logits, question.hidden_states)
+            if step < self.trace_steps:
+                records.append({**record, "piece": hf.decode_tokens([token])})
+            if token in hf.eos_token_ids:
+                stop = "eos"
+                break
+            generated.append(token)
+            if hf.stop_holds(answer_complete, generated):
+                stop = "line"
+                break
+            if step == self.max_new_tokens - 1:
+                break
+            hf.step(passages, [token] * len(documents))
+            hf.step(question, [token], hidden_states=True)
         return generated, records, stop
 
     def _step(self, doc_logits: torch.Tensor,

@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from trustmargin_integrations.answers import answer_complete
 from trustmargin_integrations.backends.base import Backend, ContinuationRequest
 from trustmargin_integrations.pipelines.base import (
     BasePipeline,
@@ -113,7 +114,7 @@ class DTRPipeline(BasePipeline):
         start = time.perf_counter()
         render = self.backend.render_prompt
         q_only = [render(view_texts(q, "").question_only) for q in questions]
-        directs = self.backend.generate(q_only, self.max_new_tokens)
+        directs = self.backend.generate(q_only, self.max_new_tokens, stop=answer_complete)
         scores = self.backend.score_continuations(
             [ContinuationRequest(p, d.strip()) for p, d in zip(q_only, directs, strict=True)])
         steps: list[list[PipelineStep]] = []
@@ -143,7 +144,7 @@ class DTRPipeline(BasePipeline):
         render = self.backend.render_prompt
         pseudo = self.backend.generate(
             [render(PSEUDO_PASSAGE_TEMPLATE.format(question=q)) for q in questions],
-            self.pseudo_max_new_tokens)
+            self.pseudo_max_new_tokens, stop=answer_complete)
         by_question = self._search(questions, self.k)
         # A blank pseudo-passage is no query: that question keeps its one path.
         usable = [i for i, p in enumerate(pseudo) if p.strip()]
@@ -166,7 +167,8 @@ class DTRPipeline(BasePipeline):
                     "merge": "rrf", "rrf_constant": self.rrf_constant, "kept": len(merged)}),
             ])
             prompts.append(prompt)
-        for n, raw in enumerate(self.backend.generate(prompts, self.max_new_tokens)):
+        for n, raw in enumerate(self.backend.generate(prompts, self.max_new_tokens,
+                                                       stop=answer_complete)):
             answers[where[n]] = raw
             steps[n].append(PipelineStep("generate", text=raw, passages=refs(evidence[where[n]]),
                                          extra={"role": "rag"}))

@@ -9,7 +9,9 @@ regenerate the sentence, which is then kept; otherwise keep the look-ahead sente
 after an empty sentence, at EOS, at the end of the answer line, or after ``max_steps``.
 
 Token probabilities come from one plain forward pass over prompt + answer so far + sentence
-(the same token ids greedy decoding produced, so nothing is re-tokenized).
+(the same token ids greedy decoding produced, so nothing is re-tokenized). Decoding and the
+probabilities go through the backend's public token-level API
+(:class:`~trustmargin_integrations.backends.base.TokenDecoder`).
 """
 
 from __future__ import annotations
@@ -17,8 +19,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from typing import Any
-
-import torch
 
 from trustmargin_integrations.backends.base import Backend
 from trustmargin_integrations.pipelines.base import (
@@ -31,7 +31,7 @@ from trustmargin_integrations.pipelines.base import (
     ends_sentence,
     refs,
     register,
-    require_hf,
+    require_token_decoder,
 )
 from trustmargin_integrations.retrieval.base import Retriever
 from trustmargin_integrations.schema import Passage
@@ -54,8 +54,9 @@ class FLAREPipeline(BasePipeline):
     """FLARE-direct (Jiang et al., 2023) on a local transformers model.
 
     Args:
-        backend: an :class:`~trustmargin_integrations.backends.hf.HFBackend` (token
-            probabilities are read off the model).
+        backend: a :class:`~trustmargin_integrations.backends.base.TokenDecoder` such as
+            :class:`~trustmargin_integrations.backends.hf.HFBackend` (token probabilities are
+            read off the model).
         retriever: anything with ``search(query, k)``.
         k: passages per retrieval (the paper's BM25-RAG depth by default).
         max_steps: most sentences per answer.
@@ -73,7 +74,7 @@ class FLAREPipeline(BasePipeline):
                  max_steps: int = 3, theta: float = 0.4, mask_threshold: float | None = None,
                  sentence_max_new_tokens: int = 20, max_context_tokens: int = 2048) -> None:
         super().__init__(backend, retriever)
-        self.hf = require_hf(backend, "flare", "the token probabilities")
+        self.hf = require_token_decoder(backend, "flare", "the token probabilities")
         self.k = check_int("k", k, 1)
         self.max_steps = check_int("max_steps", max_steps, 1)
         self.theta = check_float("theta", theta, 0.0, 1.0)
@@ -108,10 +109,10 @@ class FLAREPipeline(BasePipeline):
                                                  "ids": [], "stop": sentence.stop}))
                 break
             probs = self._probabilities(prompt + answer, sentence.ids)
-            pieces = [self.hf._decode([t]) for t in sentence.ids]
+            pieces = [self.hf.decode_tokens([t]) for t in sentence.ids]
             low = min(probs)
             steps.append(PipelineStep(
-                "generate", text=self.hf._decode(sentence.ids), passages=refs(used),
+                "generate", text=self.hf.decode_tokens(sentence.ids), passages=refs(used),
                 extra={"step": step, "role": "look-ahead", "tokens": pieces, "ids": sentence.ids,
                        "probs": probs, "min_prob": low, "stop": sentence.stop}))
             retrieve = low < self.theta
@@ -126,15 +127,15 @@ class FLAREPipeline(BasePipeline):
                 prompt, used = self._prompt(question, passages)
                 sentence = self._sentence(prompt + answer)
                 steps.append(PipelineStep(
-                    "generate", text=self.hf._decode(sentence.ids), passages=refs(used),
+                    "generate", text=self.hf.decode_tokens(sentence.ids), passages=refs(used),
                     extra={"step": step, "role": "regenerated", "ids": sentence.ids,
                            "stop": sentence.stop}))
             answer.extend(sentence.ids)
             evidence = dedupe([*evidence, *used])
             if sentence.stop in ("eos", "line") or not sentence.ids:
                 break
-        return self._result(question, self.hf._decode(answer), steps, evidence, bool(evidence),
-                            time.perf_counter() - start)
+        return self._result(question, self.hf.decode_tokens(answer), steps, evidence,
+                            bool(evidence), time.perf_counter() - start)
 
     def _retrieve(self, query: str, question: str, steps: list[PipelineStep],
                   masked: list[str]) -> list[Passage]:
@@ -150,46 +151,30 @@ class FLAREPipeline(BasePipeline):
                                                  self.sentence_max_new_tokens * self.max_steps)
         return self.hf.encode_prompt(prompt), used
 
-    @torch.inference_mode()
     def _sentence(self, prefix: list[int]) -> Sentence:
         """Greedy decoding of the next sentence after ``prefix`` (token ids), with a KV cache.
 
         A sentence ends when the text so far ends with sentence punctuation and the next
         token starts with whitespace (so "3.5" or "U.S. Navy" are not cut); that next token
-        and a line-break token after text are not part of the sentence.
+        and a line-break token after text are not part of the sentence. The rule looks at the
+        token before keeping it, so it reads the greedy tokens one by one instead of giving
+        ``greedy`` a stop predicate (which keeps the token that satisfies it).
         """
-        from transformers import DynamicCache
-
         hf = self.hf
         ids: list[int] = []
         text = ""
-        with hf._lock:
-            cache = DynamicCache()
-            logits = hf.model(input_ids=torch.tensor([prefix], device=hf.device),
-                              past_key_values=cache, use_cache=True, logits_to_keep=1).logits
-            for _ in range(self.sentence_max_new_tokens):
-                token = int(logits[0, -1].argmax())
-                if token in hf._eos:
-                    return Sentence(ids, "eos")
-                piece = hf._decode([token])
-                if text.strip() and ("\n" in piece or "\r" in piece):
-                    return Sentence(ids, "line")
-                if text.strip() and piece[:1].isspace() and ends_sentence(text.rstrip()):
-                    return Sentence(ids, "sentence")
-                ids.append(token)
-                text = hf._decode(ids)
-                logits = hf.model(input_ids=torch.tensor([[token]], device=hf.device),
-                                  past_key_values=cache, use_cache=True).logits
+        for token in hf.greedy_tokens(prefix, self.sentence_max_new_tokens):
+            if token in hf.eos_token_ids:
+                return Sentence(ids, "eos")
+            piece = hf.decode_tokens([token])
+            if text.strip() and ("\n" in piece or "\r" in piece):
+                return Sentence(ids, "line")
+            if text.strip() and piece[:1].isspace() and ends_sentence(text.rstrip()):
+                return Sentence(ids, "sentence")
+            ids.append(token)
+            text = hf.decode_tokens(ids)
         return Sentence(ids, "limit")
 
-    @torch.inference_mode()
     def _probabilities(self, prefix: list[int], sentence: list[int]) -> list[float]:
         """Probability of each sentence token after ``prefix`` (one plain forward pass)."""
-        hf = self.hf
-        with hf._lock:
-            ids = torch.tensor([prefix + sentence], device=hf.device)
-            # The last len(sentence) + 1 positions; the final one predicts past the sentence.
-            logits = hf.model(input_ids=ids, logits_to_keep=len(sentence) + 1).logits
-        probs = torch.softmax(logits[0, :-1].float(), dim=-1)
-        picked = probs.gather(1, torch.tensor(sentence, device=hf.device)[:, None])
-        return [float(p) for p in picked[:, 0]]
+        return self.hf.token_probabilities(prefix, sentence)

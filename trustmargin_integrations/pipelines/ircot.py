@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from trustmargin_integrations.answers import answer_complete
 from trustmargin_integrations.backends.base import Backend
 from trustmargin_integrations.pipelines.base import (
     BasePipeline,
@@ -154,7 +155,8 @@ class IRCoTPipeline(BasePipeline):
             if not active:
                 break
             prompts = [self._cot_prompt(s) for s in active]
-            outputs = self.backend.generate(prompts, self.sentence_max_new_tokens)
+            outputs = self.backend.generate(prompts, self.sentence_max_new_tokens,
+                                            stop=answer_complete)
             searching: list[_State] = []
             for state, raw in zip(active, outputs, strict=True):
                 sentence = first_sentence(raw)
@@ -208,7 +210,8 @@ class IRCoTPipeline(BasePipeline):
             prompt, state.evidence = self._prompt_over_fitting(state.question, state.passages,
                                                                self.max_new_tokens)
             prompts.append(prompt)
-        for state, raw in zip(states, self.backend.generate(prompts, self.max_new_tokens),
+        for state, raw in zip(states, self.backend.generate(prompts, self.max_new_tokens,
+                                                            stop=answer_complete),
                               strict=True):
             state.answer = raw
             state.steps.append(PipelineStep("read", text=raw, passages=refs(state.evidence),

@@ -1,0 +1,169 @@
+"""``HFBackend``: a local transformers causal LM implementing the Backend protocol.
+
+Loading (device, dtype, attention kernel), prompt tokens, the plain reference scoring path
+and generation live here; token-level decoding is :mod:`.decoding`, the fast tree-masked
+scoring :mod:`.tree`, and the per-batch session that ties them together :mod:`.session`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+import torch
+
+from trustmargin_integrations.backends.base import (
+    ContinuationRequest,
+    ContinuationScore,
+    ModelSession,
+    StopPredicate,
+)
+from trustmargin_integrations.backends.hf.decoding import TokenDecoding, cache_argument
+from trustmargin_integrations.backends.hf.session import HFSession
+from trustmargin_integrations.backends.tokens import LocalTokenizerMixin
+from trustmargin_integrations.errors import ModelLoadError
+
+_DTYPES = {
+    "float32": torch.float32, "fp32": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16,
+}
+
+
+def pick_device(device: str | None) -> torch.device:
+    """``cuda`` when present, else ``cpu``; an explicit choice wins."""
+    if device:
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def pick_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """fp32 on CPU; bf16 on a GPU that supports it, else fp16; an explicit choice wins."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype:
+        try:
+            return _DTYPES[dtype.lower()]
+        except KeyError:
+            raise ModelLoadError(f"dtype {dtype!r} is unknown. Fix: use one of "
+                                 f"{sorted(_DTYPES)}") from None
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float32
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+    """The tokenizer's EOS and every EOS of the model's generation config."""
+    eos = {tokenizer.eos_token_id}
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    eos.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
+    return frozenset(e for e in eos if e is not None)
+
+
+class HFBackend(LocalTokenizerMixin, TokenDecoding):
+    """A local causal LM (transformers) implementing the Backend and TokenDecoder protocols.
+
+    Args:
+        model: a loaded ``PreTrainedModel`` (causal LM).
+        tokenizer: its tokenizer.
+        model_id: the name recorded in every Decision.
+        fast: branch scoring off the generation caches in :meth:`session` (``False`` = the
+            plain reference path, one forward pass per scored sequence).
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, model_id: str, *, fast: bool = True) -> None:
+        self.model = model.eval()
+        # One model must not run two forward passes at once (LCEL runs parallel branches in
+        # threads; async adapters score in worker threads), so model calls are serialized.
+        self.lock = threading.RLock()
+        self.tokenizer = tokenizer
+        self.model_id = model_id
+        self.fast = fast
+        self.device = next(model.parameters()).device
+        self._chat = self.has_chat_template
+        self.eos_token_ids = _eos_ids(model, tokenizer)
+        pad = tokenizer.pad_token_id
+        self.pad_token_id: int = pad if pad is not None else min(self.eos_token_ids, default=0)
+        self.cache_kwarg = cache_argument(model)
+        window = getattr(model.config, "max_position_embeddings", None)
+        self.context_window: int | None = window if isinstance(window, int) else None
+
+    @classmethod
+    def load(
+        cls,
+        model: str = "smollm2-135m",
+        *,
+        device: str | None = None,
+        dtype: str | torch.dtype | None = None,
+        trust_remote_code: bool = False,
+        fast: bool = True,
+    ) -> HFBackend:
+        """Load a named model, a local directory, a ``.gguf`` file or a Hugging Face id."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from trustmargin_integrations.models import resolve_model
+
+        model_id, local = resolve_model(model)
+        source = str(local) if local is not None else model
+        dev = pick_device(device)
+        torch_dtype = pick_dtype(dtype, dev)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+            try:
+                # The tree-masked scoring pass needs an attention kernel that takes a 4D mask.
+                lm = AutoModelForCausalLM.from_pretrained(
+                    source, dtype=torch_dtype, trust_remote_code=trust_remote_code,
+                    attn_implementation="sdpa",
+                )
+            except ValueError:
+                lm = AutoModelForCausalLM.from_pretrained(
+                    source, dtype=torch_dtype, trust_remote_code=trust_remote_code,
+                    attn_implementation="eager",
+                )
+        except OSError as exc:
+            raise ModelLoadError(f"could not load model {model!r}: {exc}. Fix: check the id or "
+                                 "path; hub ids need network access") from exc
+        return cls(lm.to(dev), tokenizer, model_id, fast=fast)
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        """Prompt token ids (special tokens come from the chat template when there is one)."""
+        return list(self.tokenizer(prompt, add_special_tokens=not self._chat).input_ids)
+
+    # -- reference path ---------------------------------------------------------------------
+
+    def score_continuations(
+        self, requests: Sequence[ContinuationRequest]
+    ) -> list[ContinuationScore]:
+        """One plain forward pass per (prompt + continuation): the reference semantics."""
+        with self.lock:
+            return self._score_plain(requests)
+
+    @torch.inference_mode()
+    def _score_plain(self, requests: Sequence[ContinuationRequest]) -> list[ContinuationScore]:
+        out = []
+        for req in requests:
+            prompt, answer = self.encode_prompt(req.prompt), self.encode_answer(req.continuation)
+            if not answer:
+                out.append(ContinuationScore(0.0, 0))
+                continue
+            ids = torch.tensor([prompt + answer], device=self.device)
+            logits = self.model(ids).logits[0, len(prompt) - 1:-1].float()
+            logprobs = torch.log_softmax(logits, dim=-1)
+            picked = logprobs.gather(1, torch.tensor(answer, device=self.device)[:, None])
+            out.append(ContinuationScore(float(picked.sum()), len(answer)))
+        return out
+
+    # -- generation and sessions ------------------------------------------------------------
+
+    def generate(self, prompts: Sequence[str], max_new_tokens: int, *,
+                 stop: StopPredicate | None = None) -> list[str]:
+        """Greedy continuations, each ending at EOS, after ``max_new_tokens`` or after the
+        token at which ``stop`` first holds for the text decoded so far."""
+        encoded = [self.encode_prompt(p) for p in prompts]
+        return self.greedy(encoded, max_new_tokens, stop=stop).texts
+
+    def session(self) -> AbstractContextManager[ModelSession]:
+        """A per-batch scope that keeps generation caches so scoring can branch off them."""
+        return HFSession(self)

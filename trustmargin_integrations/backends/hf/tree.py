@@ -1,0 +1,289 @@
+"""Fast scoring: stems planned off cached prompts and scored in one tree-masked forward pass.
+
+Every scoring request becomes a *stem* off the cached prompt it shares the longest token
+prefix with: a number of visible cached tokens, the tokens to feed, then the answers as
+children. A view's own generation cache gives a one-token stem; the context-only view shares
+the passage prefix with the question+context prompt, so it is a stem that sees that prefix and
+feeds its own short tail. Prompts no cache covers are prefilled once and branched the same way.
+
+All stems of a row are packed into one short sequence after the cached prompt and run in a
+single forward pass with a tree-shaped 4D attention mask (each token sees its visible prompt
+part, its stem and itself), so no cache is copied and no prefix is recomputed; the vocabulary
+projection runs only where an answer token is predicted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from trustmargin_integrations.backends.base import ContinuationRequest, ContinuationScore
+from trustmargin_integrations.backends.hf.decoding import DecodingBatch
+
+if TYPE_CHECKING:
+    from trustmargin_integrations.backends.hf.backend import HFBackend
+
+# A prompt is fed as a stem off a cached prompt when at most this many of its tokens are not
+# shared: the context-only and question-only views (tens of tokens) qualify; a prompt with
+# its own long passage context gets a prefill of its own.
+_MAX_STEM_TAIL = 128
+
+
+@dataclass(frozen=True)
+class Stem:
+    """Tokens fed after a cached prompt, with several answers scored as children.
+
+    The stem sees the first ``visible`` real tokens of the cached prompt, then its own
+    ``feed`` tokens (at least one; the last one's logits predict each answer's first token).
+    Every target sees the prompt part and the whole feed, but not the other targets.
+    """
+
+    visible: int
+    feed: tuple[int, ...]
+    targets: tuple[tuple[int, ...], ...]
+
+    @property
+    def length(self) -> int:
+        """Tokens the stem occupies in the packed sequence."""
+        return len(self.feed) + sum(len(t) for t in self.targets)
+
+
+@dataclass
+class CachedPrompts:
+    """A prefilled batch (cache cropped to the prompts) kept for scoring, with its prompts'
+    token ids; ``consumed`` once a scoring pass has grown its cache."""
+
+    batch: DecodingBatch
+    prompts: list[list[int]]
+    consumed: bool = False
+
+
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """Number of leading tokens two sequences share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+# -- planning ---------------------------------------------------------------------------------
+
+
+def score_requests(
+    backend: HFBackend,
+    requests: Sequence[ContinuationRequest],
+    caches: list[CachedPrompts],
+    known: dict[str, list[int]] | None = None,
+) -> list[ContinuationScore]:
+    """Score every request as a stem off the cached prompt it shares most tokens with.
+
+    Prompts that no cache covers are prefilled (in length-bucketed batches) first; a prompt
+    whose tail after the best shared prefix is short (a context-only view next to its
+    question+context view, a question-only view next to any chat prompt) is fed as a stem
+    instead. Each cache is consumed by its one scoring pass. ``known`` maps prompts generation
+    already tokenized to their ids (a 2k-token prompt is not tokenized twice).
+    """
+    results: list[ContinuationScore | None] = [None] * len(requests)
+    by_prompt: dict[str, list[tuple[int, tuple[int, ...]]]] = {}
+    for n, req in enumerate(requests):
+        answer = tuple(backend.encode_answer(req.continuation))
+        if not answer:
+            results[n] = ContinuationScore(0.0, 0)
+            continue
+        by_prompt.setdefault(req.prompt, []).append((n, answer))
+    if by_prompt:
+        known = known or {}
+        encoded = {prompt: known[prompt] if prompt in known else backend.encode_prompt(prompt)
+                   for prompt in by_prompt}
+        plan = _plan(backend, by_prompt, encoded, caches)
+        for c, rows in plan.items():
+            order = sorted(rows)
+            scores = score_stems(backend, caches[c].batch, order,
+                                 [[stem for stem, _ in rows[r]] for r in order])
+            for r, row_scores in zip(order, scores, strict=True):
+                flat = [n for _, ns in rows[r] for n in ns]
+                for n, score in zip(flat, row_scores, strict=True):
+                    results[n] = score
+            caches[c].consumed = True
+    return [r for r in results if r is not None]
+
+
+def _plan(
+    backend: HFBackend,
+    by_prompt: dict[str, list[tuple[int, tuple[int, ...]]]],
+    encoded: dict[str, list[int]],
+    caches: list[CachedPrompts],
+) -> dict[int, dict[int, list[tuple[Stem, list[int]]]]]:
+    """cache -> row -> the stems branching off that row, each with its requests' indices
+    (prefilling the prompts no cache covers first)."""
+    branches = {p: _best_branch(ids, caches) for p, ids in encoded.items()}
+    uncovered = [p for p, branch in branches.items() if branch is None]
+    for bucket in _length_buckets(_prefill_choice(uncovered, encoded)):
+        ids = [encoded[p] for p in bucket]
+        caches.append(CachedPrompts(backend.prefill(ids), ids))
+    for p in uncovered:
+        branches[p] = _best_branch(encoded[p], caches, limit=None)
+    plan: dict[int, dict[int, list[tuple[Stem, list[int]]]]] = {}
+    for prompt, targets in by_prompt.items():
+        ids = encoded[prompt]
+        branch = branches[prompt]
+        assert branch is not None  # every prompt is covered after the prefills
+        c, row, visible = branch
+        stem = Stem(visible, tuple(ids[visible:]), tuple(t for _, t in targets))
+        plan.setdefault(c, {}).setdefault(row, []).append((stem, [n for n, _ in targets]))
+    return plan
+
+
+def _visible(ids: list[int], cached: list[int]) -> int:
+    """Cached tokens a stem of ``ids`` can see: the shared prefix, leaving at least one token
+    to feed (its logits predict the answer's first token)."""
+    return min(common_prefix_length(ids, cached), len(ids) - 1)
+
+
+def _best_branch(
+    ids: list[int], caches: list[CachedPrompts], limit: int | None = _MAX_STEM_TAIL
+) -> tuple[int, int, int] | None:
+    """(cache, row, visible tokens) of the cached prompt sharing most of ``ids``'s prefix;
+    None when no unconsumed cache leaves a tail of at most ``limit`` tokens."""
+    best: tuple[int, int, int] | None = None
+    for c, cached in enumerate(caches):
+        if cached.consumed:
+            continue
+        for row, prompt in enumerate(cached.prompts):
+            visible = _visible(ids, prompt)
+            if best is None or visible > best[2]:
+                best = (c, row, visible)
+    if best is None or (limit is not None and len(ids) - best[2] > limit):
+        return None
+    return best
+
+
+def _prefill_choice(prompts: list[str], encoded: dict[str, list[int]]) -> list[str]:
+    """The fewest prompts to prefill so every prompt is covered (longest first, greedy)."""
+    chosen: list[str] = []
+    for prompt in sorted(prompts, key=lambda p: -len(encoded[p])):
+        ids = encoded[prompt]
+        visible = max((_visible(ids, encoded[c]) for c in chosen), default=0)
+        if not chosen or len(ids) - visible > _MAX_STEM_TAIL:
+            chosen.append(prompt)
+    return chosen
+
+
+def _length_buckets(prompts: list[str]) -> list[list[str]]:
+    """Group prompts of similar length so a left-padded batch wastes little compute."""
+    buckets: list[list[str]] = []
+    for prompt in sorted(prompts, key=len):
+        if buckets and len(prompt) <= 2 * len(buckets[-1][0]):
+            buckets[-1].append(prompt)
+        else:
+            buckets.append([prompt])
+    return buckets
+
+
+# -- the tree-masked pass ---------------------------------------------------------------------
+
+
+@dataclass
+class _Packed:
+    """The packed stems of every row: ids, positions, the tree mask, and for each (row, stem,
+    target) the packed positions whose logits predict that target's tokens."""
+
+    ids: torch.Tensor
+    positions: torch.Tensor
+    allowed: torch.Tensor
+    predictors: list[list[list[list[int]]]]
+
+
+def _pack(stems: list[list[Stem]], pads: list[int], width: int, pad_id: int) -> _Packed:
+    span = max(sum(stem.length for stem in row) for row in stems)
+    n = len(stems)
+    ids = torch.full((n, span), pad_id, dtype=torch.long)
+    positions = torch.zeros((n, span), dtype=torch.long)
+    allowed = torch.zeros((n, 1, span, width + span), dtype=torch.bool)
+    predictors: list[list[list[list[int]]]] = []
+    for r, row in enumerate(stems):
+        start, row_predictors = 0, []
+        for stem in row:
+            feed_end = start + len(stem.feed)
+            ids[r, start:feed_end] = torch.tensor(stem.feed)
+            positions[r, start:feed_end] = torch.arange(stem.visible, stem.visible
+                                                        + len(stem.feed))
+            allowed[r, 0, start:start + stem.length, pads[r]:pads[r] + stem.visible] = True
+            allowed[r, 0, start:feed_end, width + start:width + feed_end] = torch.ones(
+                (len(stem.feed), len(stem.feed)), dtype=torch.bool).tril()
+            cursor, stem_predictors = feed_end, []
+            for target in stem.targets:
+                stop = cursor + len(target)
+                ids[r, cursor:stop] = torch.tensor(target)
+                positions[r, cursor:stop] = torch.arange(
+                    stem.visible + len(stem.feed), stem.visible + len(stem.feed) + len(target))
+                allowed[r, 0, cursor:stop, width + start:width + feed_end] = True
+                allowed[r, 0, cursor:stop, width + cursor:width + stop] = torch.ones(
+                    (len(target), len(target)), dtype=torch.bool).tril()
+                stem_predictors.append([feed_end - 1, *range(cursor, stop - 1)])
+                cursor = stop
+            row_predictors.append(stem_predictors)
+            start = cursor
+        for q in range(start, span):
+            # Padding queries see only themselves, which keeps softmax finite.
+            allowed[r, 0, q, width + q] = True
+        predictors.append(row_predictors)
+    return _Packed(ids, positions, allowed, predictors)
+
+
+@torch.inference_mode()
+def score_stems(
+    backend: HFBackend, batch: DecodingBatch, rows: list[int], stems: list[list[Stem]]
+) -> list[list[ContinuationScore]]:
+    """Score every target of every stem of the selected rows in one forward pass.
+
+    Each row's stems are packed into one short sequence after its cached prompt; a 4D
+    attention mask gives every token exactly the context it has in a plain forward pass.
+    The cache is consumed (it grows by the packed tokens).
+    """
+    device = backend.device
+    cache = batch.cache
+    if len(rows) != batch.rows:
+        cache.batch_select_indices(torch.tensor(rows, device=device))
+    packed = _pack(stems, [batch.pads[r] for r in rows], batch.width, backend.pad_token_id)
+    # Only positions that predict an answer token need the vocabulary projection.
+    needed = sorted({p for row in packed.predictors for stem in row for t in stem for p in t})
+    column = {p: i for i, p in enumerate(needed)}
+    model = backend.model
+    mask = packed.allowed if uses_bool_masks(model) else additive_mask(packed.allowed,
+                                                                       model.dtype)
+    with backend.lock:
+        logits = model(
+            input_ids=packed.ids.to(device), attention_mask=mask.to(device),
+            position_ids=packed.positions.to(device), use_cache=True,
+            logits_to_keep=torch.tensor(needed, device=device),
+            **{backend.cache_kwarg: cache},
+        ).logits
+    results: list[list[ContinuationScore]] = []
+    for r, row in enumerate(stems):
+        scores = []
+        for stem, stem_predictors in zip(row, packed.predictors[r], strict=True):
+            for target, where in zip(stem.targets, stem_predictors, strict=True):
+                cols = torch.tensor([column[p] for p in where], device=device)
+                logprobs = logits[r, cols].float().log_softmax(-1)
+                picked = logprobs.gather(1, torch.tensor(target, device=device)[:, None])
+                scores.append(ContinuationScore(float(picked.sum()), len(target)))
+        results.append(scores)
+    return results
+
+
+def uses_bool_masks(model: Any) -> bool:
+    """True when the attention kernel (SDPA) takes a boolean 4D mask as it is."""
+    return getattr(model.config, "_attn_implementation", "sdpa") == "sdpa"
+
+
+def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The additive form of a boolean mask (0 where allowed, the dtype's minimum elsewhere),
+    for kernels such as eager attention."""
+    mask = torch.zeros(allowed.shape, dtype=dtype)
+    return mask.masked_fill(~allowed, torch.finfo(dtype).min)
