@@ -185,7 +185,7 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
 
 
 def open_append(path: str | Path) -> int:
-    """Open an append-only file for writing (created when missing); return the descriptor.
+    """Open an append-only file (created when missing); return the read-write descriptor.
 
     Each ``os.write`` on it lands whole at the current end (``O_APPEND``), so several
     processes appending one record per write never interleave inside a record.
@@ -196,7 +196,8 @@ def open_append(path: str | Path) -> int:
     """
     file = Path(path)
     check_destination(file)
-    flags = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+    # Read-write, not write-only: the store reads its last byte to detect a torn line.
+    flags = (os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
              | getattr(os, "O_CLOEXEC", 0))
     try:
         fd = os.open(file, flags, FILE_MODE)
