@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.config import TrustMarginConfig
+from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.cli import register
 from trustmargin_integrations.evaluation.datasets import EvalExample, load_dataset, passage_pool
 from trustmargin_integrations.evaluation.diagnostics import (
@@ -193,3 +194,28 @@ def _app() -> Typer:
     app = Typer()
     register(app)
     return app
+
+
+def test_links_planted_in_a_run_directory_never_reach_outside(tmp_path: Path) -> None:
+    """A run directory whose cache or manifest is a link to a file elsewhere: ``eval`` must
+    not append to it, ``report`` / ``calibrate`` must not read it, and the manifest writer
+    must not replace it (before, ``eval`` appended its records to the outside file)."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    victim = outside / "notes.txt"
+    victim.write_text("mine\n", encoding="utf-8")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "cache.jsonl").symlink_to(victim)
+    with pytest.raises(InvalidInputError, match="symbolic link"):
+        open_store(run).put("k", {"decision": {}})
+    (run / "cache.jsonl").unlink()
+    (run / "manifest.json").symlink_to(outside / "manifest.json")
+    (outside / "manifest.json").write_text('{"datasets": {}}', encoding="utf-8")
+    with pytest.raises(InvalidInputError, match="leads outside the run directory"):
+        load_run(run)
+    with pytest.raises(InvalidInputError, match="leads outside the run directory"):
+        record_dataset(run, "cwq", [], {"model": "m"})
+    assert victim.read_text(encoding="utf-8") == "mine\n"
+    assert (outside / "manifest.json").read_text(encoding="utf-8") == '{"datasets": {}}'
+    assert sorted(p.name for p in outside.iterdir()) == ["manifest.json", "notes.txt"]

@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
+import pytest
+
+from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.store import CODE_VERSION, ResultStore, cache_key
 
 BASE = {
@@ -71,3 +78,50 @@ def test_a_corrupted_record_fails_its_checksum(tmp_path: Path) -> None:
     line["value"]["score"] = -0.5  # bit rot / a hand edit
     path.write_text(json.dumps(line) + "\n", encoding="utf-8")
     assert "k" not in ResultStore(path)
+
+
+APPEND_CHILD = textwrap.dedent("""
+    import sys
+    from trustmargin_integrations.store import ResultStore
+    store = ResultStore(sys.argv[1])
+    for i in range(int(sys.argv[3])):
+        store.put(f"{sys.argv[2]}{i}", {"i": i, "pad": "x" * 50_000})
+""")
+
+
+def test_two_processes_appending_to_one_store_keep_every_record_whole(tmp_path: Path) -> None:
+    """Two real processes append 200 records each to one store at the same time, after a
+    killed run left a torn last line: every record is kept, none is torn or glued, and no
+    blank line appears (each record is one write() under a lock). Before, a process that read
+    the last byte while the other's record was half-written added a line break of its own:
+    2 blank lines in each of 3 tries of this test."""
+    path = tmp_path / "cache.jsonl"
+    ResultStore(path).put("first", {"v": 0})
+    with path.open("ab") as handle:
+        handle.write(b'{"key": "torn", "sha"')  # a run killed mid-write
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    procs = [subprocess.Popen([sys.executable, "-c", APPEND_CHILD, str(path), name, "200"],
+                              env=env, stderr=subprocess.PIPE, text=True) for name in "ab"]
+    errors = [proc.communicate(timeout=300)[1] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], errors
+    lines = path.read_bytes().split(b"\n")
+    assert lines[-1] == b"" and b"" not in lines[:-1]  # no blank line anywhere
+    store = ResultStore(path)
+    assert store.skipped_lines == 1  # only the torn line
+    assert len(store) == 401 and all(store.get(f"{n}{i}") is not None
+                                     for n in "ab" for i in range(200))
+
+
+def test_a_store_behind_a_link_or_with_a_second_name_is_refused(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.jsonl"
+    outside.write_text("my data\n", encoding="utf-8")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "cache.jsonl").symlink_to(outside)
+    with pytest.raises(InvalidInputError, match="symbolic link"):
+        ResultStore(run / "cache.jsonl").put("k", {"v": 1})
+    linked = tmp_path / "hard.jsonl"
+    os.link(outside, linked)  # e.g. an OUTPUT.cache hard-linked to the input file
+    with pytest.raises(InvalidInputError, match="2 hard links"):
+        ResultStore(linked).put("k", {"v": 1})
+    assert outside.read_text(encoding="utf-8") == "my data\n"

@@ -87,6 +87,7 @@ from trustmargin_integrations.backends.openai_compat import OpenAICompatBackend
 from trustmargin_integrations.cli import app
 from trustmargin_integrations.demo import demo_corpus
 from trustmargin_integrations.errors import TrustMarginError
+from trustmargin_integrations.files import TEMP_MARK, TEMP_SUFFIX, temp_path
 from trustmargin_integrations.langchain import TrustMarginRouter
 from trustmargin_integrations.retrieval.elasticsearch import ElasticsearchSettings
 from trustmargin_integrations.score_file import key_settings, run_score
@@ -667,3 +668,90 @@ def test_case11_errors_are_one_unwrapped_line_at_80_columns(tmp_path: Path) -> N
     assert lines[0].endswith("Fix: pass a list of passage texts or Passage records (wrap a "
                              "single passage in a list)")
     assert done.stdout == ""
+
+
+# -- issue 19, items 6, 8 and 10: two processes, links, hard links, file modes ---------------
+
+SCORE_LOOP_CHILD = """
+import sys
+from pathlib import Path
+from trustmargin_integrations.config import TrustMarginConfig
+from trustmargin_integrations.score_file import key_settings, run_score
+
+def no_model():
+    raise SystemExit("every record is cached: the model must not load")
+
+settings = key_settings("smollm2-135m", TrustMarginConfig(), dtype=None, device=None,
+                        remote=None)
+for _ in range(int(sys.argv[3])):
+    run_score(Path(sys.argv[1]), Path(sys.argv[2]), settings, no_model, batch_size=1,
+              progress=False)
+"""
+
+
+def _cached_output(tm: TrustMargin, root: Path, lines: int) -> tuple[Path, Path]:
+    """An input of ``lines`` copies of GOOD (own ids) whose one result is already stored."""
+    out = root / "out.jsonl"
+    run_score(_write(root / "one.jsonl", [GOOD]), out, _settings(), Loader(tm), batch_size=1,
+              progress=False)
+    return _write(root / "in.jsonl", [{**GOOD, "id": f"q{i}"} for i in range(lines)]), out
+
+
+def test_two_score_processes_on_one_output_both_finish(tm: TrustMargin, tmp_path: Path) -> None:
+    """Two real ``score`` processes write one output, 12 times each, at the same time. Before,
+    one crashed (FileNotFoundError) in most rounds: its stale-temp cleanup deleted the other's
+    in-flight temporary file."""
+    src, out = _cached_output(tm, tmp_path, 3000)
+    procs = [subprocess.Popen([sys.executable, "-c", SCORE_LOOP_CHILD, str(src), str(out),
+                               "12"], env=ENV, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    errors = [proc.communicate(timeout=600)[1] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], [e[-2000:] for e in errors]
+    assert [d["id"] for d in _decisions(out)] == [f"q{i}" for i in range(3000)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "in.jsonl", "one.jsonl", "out.jsonl", "out.jsonl.cache"]
+
+
+def test_score_leaves_a_live_writers_temporary_file_alone(tm: TrustMargin,
+                                                          tmp_path: Path) -> None:
+    src, out = _cached_output(tm, tmp_path, 2)
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        # NAME.writing-HOST-PID-TOKEN.tmp, as the live process would name its temp.
+        host = temp_path(out).name.split(TEMP_MARK)[1].rsplit("-", 2)[0]
+        theirs = tmp_path / f"out.jsonl{TEMP_MARK}{host}-{live.pid}-0a0a{TEMP_SUFFIX}"
+        theirs.write_text("another run's output, half written", encoding="utf-8")
+        run_score(src, out, _settings(), Loader(None), batch_size=1, progress=False)
+        assert theirs.exists(), "score deleted a live process's temporary file"
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_score_refuses_a_store_that_is_the_input_or_a_link(tmp_path: Path) -> None:
+    """``OUTPUT.cache`` hard-linked to the input (before: the run appended its results to
+    the input file) or a symbolic link to a file elsewhere is refused before the model loads,
+    and neither file changes."""
+    src = _write(tmp_path / "in.jsonl", [GOOD])
+    before = src.read_bytes()
+    out = tmp_path / "out.jsonl"
+    os.link(src, tmp_path / "out.jsonl.cache")
+    with pytest.raises(InvalidInputError) as err:
+        run_score(src, out, _settings(), Loader(None), batch_size=1, progress=False)
+    assert err.value.field == "--input" and "store" in err.value.problem
+    (tmp_path / "out.jsonl.cache").unlink()
+    victim = _write(tmp_path / "elsewhere.jsonl", [])
+    (tmp_path / "out.jsonl.cache").symlink_to(victim)
+    with pytest.raises(InvalidInputError, match="symbolic link") as err:
+        run_score(src, out, _settings(), Loader(None), batch_size=1, progress=False)
+    assert err.value.field == "--output"
+    assert src.read_bytes() == before and victim.read_bytes() == b"" and not out.exists()
+
+
+def test_score_output_and_store_get_the_same_file_mode(tm: TrustMargin, tmp_path: Path) -> None:
+    """Before, the output was 0600 (a private temporary file renamed) and its store 0644."""
+    _, out = _cached_output(tm, tmp_path, 1)
+    umask = os.umask(0)
+    os.umask(umask)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (out, tmp_path / "out.jsonl.cache")}
+    assert set(modes.values()) == {0o666 & ~umask}, modes

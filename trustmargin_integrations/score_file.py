@@ -8,8 +8,9 @@ The job has three steps, and only the middle one needs the model:
    (:class:`~trustmargin_integrations.store.ResultStore`, ``OUTPUT.cache`` beside the output),
    keyed by a hash of the record and everything that changes its decision, so duplicate or
    missing ids, another input file, another model or another tau are all handled correctly;
-3. write the output in input order to a temporary file and rename it over OUTPUT, so the
-   output is never half-written: it is the old file or the complete new one.
+3. write the output in input order with the one crash-safe writer
+   (:func:`~trustmargin_integrations.files.atomic_output`), so the output is never
+   half-written: it is the old file or the complete new one.
 
 Keys of a record other than the arbitration fields (a gold answer, a source id, ...) are
 carried to its Decision under ``metadata``.
@@ -19,18 +20,17 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.files import atomic_output
 from trustmargin_integrations.prompts import PROMPT_VERSION
+from trustmargin_integrations.resumable import run_chunks
 from trustmargin_integrations.schema import Decision
 from trustmargin_integrations.store import ResultStore, cache_key
 from trustmargin_integrations.validation import FIELDS, validate_input
@@ -72,11 +72,18 @@ def check_paths(input_path: Path, output: Path) -> None:
     if output.exists() and not output.is_file():
         raise InvalidInputError("--output", f"{output} is a directory",
                                 "pass a file path for the decisions")
+    for path in (output, cache_path(output)):
+        if path.is_symlink():  # checked here too so that it stops before the model loads
+            raise InvalidInputError("--output", f"{path} is a symbolic link (score never "
+                                    "writes through or replaces a link)",
+                                    "remove the link or choose another output path")
     resolved = output.resolve()
     if resolved in (input_path.resolve(), cache_path(input_path).resolve()):
         raise InvalidInputError("--output", "is the input file",
                                 "write the decisions to another file")
-    if input_path.resolve() == cache_path(output).resolve():
+    store = cache_path(output)
+    if input_path.resolve() == store.resolve() or (
+            store.exists() and os.path.samefile(input_path, store)):  # also a hard link
         raise InvalidInputError("--input", f"is the store of {output} (results of an earlier "
                                 "run)", "pass the candidates file, not OUTPUT.cache")
 
@@ -184,46 +191,22 @@ def run_score(
         on_reuse(reused, len(todo))
     if todo:
         tm = load()
-        pending = list(todo.values())
-        with tqdm(total=len(pending), desc="scoring", unit="q", disable=not progress) as bar:
-            for start in range(0, len(pending), batch_size):
-                chunk = pending[start:start + batch_size]
-                decisions = tm.arbitrate_batch([r.item for r in chunk])
-                for rec, decision in zip(chunk, decisions, strict=True):
-                    store.put(rec.key, decision.model_dump(mode="json"))
-                bar.update(len(chunk))
+
+        def arbitrate(chunk: Sequence[ScoreRecord]) -> list[dict[str, Any]]:
+            return [d.model_dump(mode="json") for d in tm.arbitrate_batch([r.item for r in chunk])]
+
+        run_chunks(store, list(todo.values()), key=lambda r: r.key, compute=arbitrate,
+                   batch_size=batch_size, desc="scoring", progress=progress)
     _write_output(output, records, store)
     return ScoreReport(len(records), reused, len(todo), output, store.path)
 
 
-def _temp_prefix(output: Path) -> str:
-    return output.name + ".writing-"
-
-
-def _remove_stale_temps(output: Path) -> None:
-    """Remove temporary outputs a killed run left behind (never read: the store has all)."""
-    if output.parent.is_dir():
-        for stale in output.parent.glob(_temp_prefix(output) + "*.tmp"):
-            stale.unlink(missing_ok=True)
-
-
 def _write_output(output: Path, records: list[ScoreRecord], store: ResultStore) -> None:
-    output.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_temps(output)
-    fd, tmp_name = tempfile.mkstemp(dir=output.parent, prefix=_temp_prefix(output),
-                                    suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            for rec in records:
-                value = store.get(rec.key)
-                assert value is not None  # every key was computed above
-                # Identical records share one result; each line keeps its own id and data.
-                decision = Decision.model_validate(value).model_copy(
-                    update={"id": rec.id, "metadata": rec.item["metadata"]})
-                handle.write(decision.model_dump_json() + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, output)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    with atomic_output(output) as handle:
+        for rec in records:
+            value = store.require(rec.key, str(store.path), f"lacks line {rec.line}",
+                                  "run the same `trustmargin score` command again")
+            # Identical records share one result; each line keeps its own id and data.
+            decision = Decision.model_validate(value).model_copy(
+                update={"id": rec.id, "metadata": rec.item["metadata"]})
+            handle.write(decision.model_dump_json() + "\n")

@@ -1,13 +1,17 @@
 """The one resumable-results store: an append-only, crash-safe JSONL cache of results.
 
 Both long-running jobs keep their finished work here: ``trustmargin eval`` (the run
-directory's ``cache.jsonl``) and ``trustmargin score`` (a ``.partial`` file beside its output,
-from which the output is written atomically at the end).
+directory's ``cache.jsonl``) and ``trustmargin score`` (``OUTPUT.cache`` beside its output,
+from which the output is written atomically at the end). The chunk loop that fills it is
+:func:`trustmargin_integrations.resumable.run_chunks`.
 
 Every line is one self-checking record ``{"key", "sha", "value"}``: ``sha`` is the sha256 of
 the canonical JSON of ``value``. A run killed mid-write leaves at most one torn last line; it
 fails to parse (or fails its checksum) and is ignored, and the next append starts on a fresh
 line, so nothing already written is ever rewritten. The newest valid record of a key wins.
+Two processes may append to one store: each record is one ``write()`` under an advisory lock,
+so lines never interleave. The file is never followed through a symbolic link and never
+appended to when hard-linked elsewhere (:func:`~trustmargin_integrations.files.open_append`).
 
 Keys are content hashes (:func:`cache_key`) of everything that determines a result: model,
 prompt version, code version, settings, question, passages and any given candidate answers.
@@ -17,6 +21,7 @@ inputs share one key (and one result), so duplicate or missing ids cannot lose w
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -25,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.files import check_destination, check_regular_file, open_append
 
 # Part of every cache key. Bump it when a change to candidate generation, answer cleaning or
 # scoring alters cached values, so old entries stop matching. (Deliberately not the package
@@ -81,10 +87,14 @@ class ResultStore:
         self._load()
 
     def _load(self) -> None:
-        if not self.path.exists():
+        check_destination(self.path)
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
             return
         # Bytes, not text: a write torn inside a multi-byte character must cost that line only.
-        with self.path.open("rb") as handle:
+        with os.fdopen(fd, "rb") as handle:
+            check_regular_file(self.path, os.fstat(handle.fileno()))
             for line in handle:
                 record = self._parse(line)
                 if record is None:
@@ -119,6 +129,13 @@ class ResultStore:
         """The newest valid value stored under ``key``, or None."""
         return self._values.get(key)
 
+    def require(self, key: str, field: str, problem: str, fix: str) -> dict[str, Any]:
+        """The value under ``key``; a typed error (``field``, ``problem``, ``fix``) without."""
+        value = self._values.get(key)
+        if value is None:
+            raise InvalidInputError(field, problem, fix)
+        return value
+
     def put(self, key: str, value: Mapping[str, Any]) -> None:
         """Append one record and make it durable (flush + fsync) before returning."""
         if not isinstance(key, str) or not key:
@@ -126,13 +143,22 @@ class ResultStore:
         data = json.loads(_canonical(dict(value)))  # a JSON-safe private copy
         line = _canonical({"key": key, "sha": hashlib.sha256(
             _canonical(data).encode("utf-8")).hexdigest(), "value": data})
-        with self.path.open("a+b") as handle:
-            handle.seek(0, os.SEEK_END)
-            if handle.tell() > 0:
-                handle.seek(-1, os.SEEK_END)
-                if handle.read(1) != b"\n":
-                    handle.write(b"\n")  # never glue a record onto a torn line
-            handle.write(line.encode("utf-8") + b"\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        fd = open_append(self.path)
+        try:
+            # The lock makes "is the last line torn?" and the append one step across processes
+            # (two runs on one store); one write() per record keeps records whole.
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            size = os.fstat(fd).st_size
+            torn = size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+            _write_all(fd, (b"\n" if torn else b"") + line.encode("utf-8") + b"\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)  # also releases the lock
         self._values[key] = data
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """One write() in practice; loops only if the kernel takes part (a signal, a full disk)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.files import write_text_atomic
 from trustmargin_integrations.schema import Passage
 
 
@@ -269,13 +270,10 @@ def download_data_dir(dest: str | Path, *, overwrite: bool = False) -> Path:
         target = root / rel
         if target.exists() and not overwrite:
             continue
-        target.parent.mkdir(parents=True, exist_ok=True)
         records = json.loads(_fetch(url))
         if rel.startswith("prag/"):
             records = _keep_fields(records, Path(url).stem)
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text(json.dumps(records, ensure_ascii=False), encoding="utf-8")
-        tmp.replace(target)
+        write_text_atomic(target, json.dumps(records, ensure_ascii=False))
     return root
 
 
@@ -290,10 +288,7 @@ def download_official_2wiki(dest: str | Path, limit: int | None = 1000) -> Path:
     records = json.loads(archive.read(name))[:limit]
     out = [{"test_id": i, "question": r["question"], "answer": r["answer"], "type": r["type"]}
            for i, r in enumerate(records)]
-    target = Path(dest)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(out, ensure_ascii=False), encoding="utf-8")
-    return target
+    return write_text_atomic(dest, json.dumps(out, ensure_ascii=False))
 
 
 def download_official_cwq(dest: str | Path, limit: int | None = 1000) -> Path:
@@ -312,7 +307,4 @@ def download_official_cwq(dest: str | Path, limit: int | None = 1000) -> Path:
             aliases.extend([a.get("answer", ""), *a.get("aliases", [])])
         out.append({"test_id": i, "question": r["question"],
                     "answer": [a for a in dict.fromkeys(aliases) if a]})
-    target = Path(dest)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(out, ensure_ascii=False), encoding="utf-8")
-    return target
+    return write_text_atomic(dest, json.dumps(out, ensure_ascii=False))

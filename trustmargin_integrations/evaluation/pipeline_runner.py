@@ -20,19 +20,24 @@ passages of all of its questions), or any corpus file given.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
-
-from tqdm.auto import tqdm
 
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.errors import InvalidInputError
-from trustmargin_integrations.evaluation.datasets import EvalExample
-from trustmargin_integrations.evaluation.runner import EvalRecord, example_key, settings_for
+from trustmargin_integrations.evaluation.records import (
+    EvalRecord,
+    PipelineRecord,
+    pipeline_value,
+    read_pipeline_record,
+)
+from trustmargin_integrations.evaluation.runner import example_key, settings_for
 from trustmargin_integrations.pipelines import PIPELINES, build_pipeline
+from trustmargin_integrations.resumable import run_chunks
 from trustmargin_integrations.retrieval.base import Retriever
-from trustmargin_integrations.schema import Decision
 from trustmargin_integrations.store import ResultStore
+
+__all__ = ["BASELINE", "PipelineRecord", "first_of_each_type", "parse_pipelines",
+           "run_pipeline"]
 
 T = TypeVar("T")
 
@@ -54,18 +59,6 @@ def first_of_each_type(items: Sequence[T], limit: int | None,
     turns = [group[i] for i in range(max(map(len, groups.values()), default=0))
              for group in groups.values() if i < len(group)]
     return turns[:limit]
-
-
-@dataclass(frozen=True)
-class PipelineRecord:
-    """One question under one pipeline: the arbitration of its answer against Direct."""
-
-    example: EvalExample
-    pipeline: str
-    key: str
-    decision: Decision
-    pipeline_s: float  # the pipeline's own wall time for this question
-    computed: bool
 
 
 def parse_pipelines(spec: str) -> list[str]:
@@ -110,35 +103,22 @@ def run_pipeline(
     keys = [example_key(tm, keyed, rec.example.question, rec.passages,
                         rec.decision.direct_answer) for rec in records]
     pending = [i for i, k in enumerate(keys) if k not in store]
-    size = batch_size or tm.config.batch_size
-    with tqdm(total=len(records), initial=len(records) - len(pending), desc=name, unit="q",
-              disable=not progress, dynamic_ncols=True) as bar:
-        for start in range(0, len(pending), size):
-            chunk = pending[start:start + size]
-            results = pipeline.run_batch([records[i].example.question for i in chunk])
-            decisions = tm.arbitrate_batch([
-                {"question": records[i].example.question, "passages": list(records[i].passages),
-                 "direct_answer": records[i].decision.direct_answer,
-                 "rag_answer": result.answer,
-                 "id": f"{records[i].example.dataset}:{records[i].example.id}",
-                 "metadata": {"pipeline": result.to_metadata()}}
-                for i, result in zip(chunk, results, strict=True)])
-            for i, result, decision in zip(chunk, results, decisions, strict=True):
-                store.put(keys[i], {"decision": decision.model_dump(mode="json"),
-                                    "pipeline_s": result.seconds})
-            bar.update(len(chunk))
+
+    def run_and_arbitrate(chunk: Sequence[int]) -> list[dict[str, Any]]:
+        results = pipeline.run_batch([records[i].example.question for i in chunk])
+        decisions = tm.arbitrate_batch([
+            {"question": records[i].example.question, "passages": list(records[i].passages),
+             "direct_answer": records[i].decision.direct_answer,
+             "rag_answer": result.answer,
+             "id": f"{records[i].example.dataset}:{records[i].example.id}",
+             "metadata": {"pipeline": result.to_metadata()}}
+            for i, result in zip(chunk, results, strict=True)])
+        return [pipeline_value(decision, result.seconds)
+                for result, decision in zip(results, decisions, strict=True)]
+
+    run_chunks(store, pending, key=keys.__getitem__, compute=run_and_arbitrate,
+               batch_size=batch_size or tm.config.batch_size, desc=name, total=len(records),
+               progress=progress)
     computed = {keys[i] for i in pending}
-    return [read_record(store, rec.example, name, key, key in computed)
+    return [read_pipeline_record(store, rec.example, name, key, key in computed)
             for rec, key in zip(records, keys, strict=True)]
-
-
-def read_record(store: ResultStore, example: EvalExample, name: str, key: str,
-                computed: bool = False) -> PipelineRecord:
-    """A stored pipeline result as a record (raises when the store lacks it)."""
-    value = store.get(key)
-    if value is None:
-        raise InvalidInputError("run_dir", f"cache lacks pipeline {name} for "
-                                f"{example.dataset}:{example.id}",
-                                "re-run the same `trustmargin eval --pipeline ...` command")
-    return PipelineRecord(example, name, key, Decision.model_validate(value["decision"]),
-                          float(value.get("pipeline_s", 0.0)), computed)

@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.datasets import EvalExample
-from trustmargin_integrations.evaluation.runner import EvalRecord, NoiseRecord
-from trustmargin_integrations.schema import Decision
+from trustmargin_integrations.evaluation.records import (
+    EvalRecord,
+    NoiseRecord,
+    PipelineRecord,
+    read_eval_record,
+    read_noise_record,
+    read_pipeline_record,
+)
+from trustmargin_integrations.files import write_text_atomic
 from trustmargin_integrations.store import ResultStore
-
-if TYPE_CHECKING:
-    from trustmargin_integrations.evaluation.pipeline_runner import PipelineRecord
 
 CACHE_FILE = "cache.jsonl"
 MANIFEST_FILE = "manifest.json"
@@ -38,23 +42,40 @@ class DatasetRun:
     """Pipeline name -> one record per question it ran on (``eval --pipeline``)."""
 
 
+def inside_run(run_dir: str | Path, name: str) -> Path:
+    """``run_dir / name``, refused when a symbolic link (or ``..``) leads it outside the run.
+
+    Everything ``eval``, ``report`` and ``calibrate`` read or write in a run directory goes
+    through here, so a link planted in it cannot make them touch a file elsewhere.
+
+    Raises:
+        InvalidInputError: naming the path and the fix.
+    """
+    root = Path(run_dir)
+    path = root / name
+    real_root, real_path = root.resolve(), path.resolve()
+    if real_path != real_root and real_root not in real_path.parents:
+        raise InvalidInputError("run_dir", f"{path} leads outside the run directory {root} "
+                                f"(to {real_path})", "remove the symbolic link from the run "
+                                "directory; a run keeps its own files")
+    return path
+
+
 def open_store(run_dir: str | Path) -> ResultStore:
-    """The run's result cache (created when missing)."""
-    return ResultStore(Path(run_dir) / CACHE_FILE)
+    """The run's result cache (created when missing; never a link or a hard-linked file)."""
+    return ResultStore(inside_run(run_dir, CACHE_FILE))
 
 
 def _read_manifest(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / MANIFEST_FILE
+    path = inside_run(run_dir, MANIFEST_FILE)
     if not path.is_file():
         return {"datasets": {}}
     return json.loads(path.read_text(encoding="utf-8"))
 
 
 def _write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / (MANIFEST_FILE + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1, ensure_ascii=False), encoding="utf-8")
-    tmp.replace(run_dir / MANIFEST_FILE)
+    write_text_atomic(inside_run(run_dir, MANIFEST_FILE),
+                      json.dumps(manifest, indent=1, ensure_ascii=False))
 
 
 def record_dataset(
@@ -105,42 +126,26 @@ def load_run(run_dir: str | Path) -> list[DatasetRun]:
     store = open_store(root)
     runs = []
     for name, entry in manifest["datasets"].items():
-        records = []
-        by_id: dict[str, EvalRecord] = {}
-        for item in entry["examples"]:
-            value = store.get(item["key"])
-            if value is None:
-                raise InvalidInputError("run_dir", f"cache lacks {name}:{item['id']}",
-                                        "re-run the same `trustmargin eval` command to fill it")
-            meta = {"type": item["type"]} if item.get("type") else {}
-            ex = EvalExample(dataset=name, id=item["id"], question=value["decision"]["question"],
-                             answers=tuple(item["answers"]), meta=meta)
-            rec = EvalRecord(example=ex, key=item["key"], passages=(),
-                             decision=Decision.model_validate(value["decision"]),
-                             retrieval_s=float(value.get("retrieval_s", 0.0)), computed=False)
-            records.append(rec)
-            by_id[ex.id] = rec
-        noise = []
+        records = [_read_example(store, name, item) for item in entry["examples"]]
+        by_id = {rec.example.id: rec.example for rec in records}
         noise_entry = entry.get("noise")
-        if noise_entry:
-            for item in noise_entry["items"]:
-                value = store.get(item["key"])
-                if value is None:
-                    raise InvalidInputError("run_dir", f"cache lacks noise item {item['id']}",
-                                            "re-run the same `trustmargin eval` command")
-                noise.append(NoiseRecord(by_id[item["id"]].example, item["level"],
-                                         Decision.model_validate(value["decision"]),
-                                         item["key"]))
-        pipelines = {}
-        if entry.get("pipelines"):
-            from trustmargin_integrations.evaluation.pipeline_runner import read_record
-
-            for pipe, pipe_entry in entry["pipelines"].items():
-                pipelines[pipe] = [read_record(store, by_id[item["id"]].example, pipe,
-                                               item["key"]) for item in pipe_entry["items"]]
+        noise = [read_noise_record(store, by_id[item["id"]], item["level"], item["key"])
+                 for item in (noise_entry or {}).get("items", [])]
+        pipelines = {pipe: [read_pipeline_record(store, by_id[item["id"]], pipe, item["key"])
+                            for item in pipe_entry["items"]]
+                     for pipe, pipe_entry in (entry.get("pipelines") or {}).items()}
         info = {k: v for k, v in entry.items() if k not in ("examples", "noise", "pipelines")}
         if noise_entry:
             info["noise"] = {k: v for k, v in noise_entry.items() if k != "items"}
         runs.append(DatasetRun(name=name, records=records, noise=noise, info=info,
                                pipelines=pipelines))
     return runs
+
+
+def _read_example(store: ResultStore, dataset: str, item: Mapping[str, Any]) -> EvalRecord:
+    """One manifest example as a record; its question comes from the stored Decision."""
+    meta = {"type": item["type"]} if item.get("type") else {}
+    example = EvalExample(dataset=dataset, id=item["id"], question="",
+                          answers=tuple(item["answers"]), meta=meta)
+    record = read_eval_record(store, example, item["key"])
+    return replace(record, example=replace(example, question=record.decision.question))

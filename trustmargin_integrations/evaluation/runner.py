@@ -17,19 +17,41 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
-
-from tqdm.auto import tqdm
 
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.datasets import EvalExample
+from trustmargin_integrations.evaluation.records import (
+    EvalRecord,
+    NoiseRecord,
+    eval_value,
+    read_eval_record,
+    read_noise_record,
+)
 from trustmargin_integrations.prompts import PROMPT_VERSION
+from trustmargin_integrations.resumable import ChunkCallback, run_chunks
 from trustmargin_integrations.retrieval.base import Retriever, retrieve_batch
-from trustmargin_integrations.schema import Decision, Passage
+from trustmargin_integrations.schema import Passage
 from trustmargin_integrations.store import ResultStore, cache_key
+
+__all__ = [
+    "EvalRecord",
+    "NoiseRecord",
+    "PassageSource",
+    "PrecomputedPassages",
+    "RetrieverPassages",
+    "RunSettings",
+    "cached_records",
+    "example_key",
+    "inject_noise",
+    "model_dtype",
+    "run_eval",
+    "run_noise",
+    "settings_for",
+]
 
 
 class PassageSource(Protocol):
@@ -82,18 +104,6 @@ class RetrieverPassages:
 
 
 @dataclass(frozen=True)
-class EvalRecord:
-    """One evaluated example: its inputs, the cached Decision and the retrieval time."""
-
-    example: EvalExample
-    key: str
-    passages: tuple[str, ...]
-    decision: Decision
-    retrieval_s: float
-    computed: bool  # False when it came from the cache
-
-
-@dataclass(frozen=True)
 class RunSettings:
     """What, besides model, prompts, passages and question, determines cached results."""
 
@@ -136,9 +146,6 @@ class _Pending:
     evidence: list[Passage] | None = None  # the records, when retrieved (ids reach the Decision)
 
 
-ChunkCallback = Callable[[int, int], None]
-
-
 def example_key(tm: TrustMargin, settings: Mapping[str, Any], question: str,
                 passages: Sequence[str], direct_answer: str | None) -> str:
     """The cache key of one example's result under ``tm`` (model and prompt version) and the
@@ -155,24 +162,23 @@ def _run_pending(
     pending: list[_Pending],
     *,
     batch_size: int,
-    bar: tqdm,
-    on_chunk: ChunkCallback | None,
+    desc: str,
+    total: int | None = None,
+    progress: bool,
+    on_chunk: ChunkCallback | None = None,
 ) -> None:
-    # Length-sorted chunks keep padding small; each chunk is durable before the next starts.
-    pending.sort(key=lambda p: len(p.example.question) + sum(len(t) for t in p.passages))
-    for start in range(0, len(pending), batch_size):
-        chunk = pending[start:start + batch_size]
+    def arbitrate(chunk: Sequence[_Pending]) -> list[dict[str, Any]]:
         decisions = tm.arbitrate_batch([
             {"question": p.example.question, "passages": p.evidence or p.passages,
              "direct_answer": p.direct_answer, "id": f"{p.example.dataset}:{p.example.id}"}
             for p in chunk
         ])
-        for p, decision in zip(chunk, decisions, strict=True):
-            store.put(p.key, {"decision": decision.model_dump(mode="json"),
-                              "retrieval_s": p.retrieval_s})
-        bar.update(len(chunk))
-        if on_chunk is not None:
-            on_chunk(start + len(chunk), len(pending))
+        return [eval_value(d, p.retrieval_s) for p, d in zip(chunk, decisions, strict=True)]
+
+    # Length-sorted chunks keep padding small.
+    pending.sort(key=lambda p: len(p.example.question) + sum(len(t) for t in p.passages))
+    run_chunks(store, pending, key=lambda p: p.key, compute=arbitrate, batch_size=batch_size,
+               desc=desc, total=total, progress=progress, on_chunk=on_chunk)
 
 
 def run_eval(
@@ -214,15 +220,11 @@ def run_eval(
         key = example_key(tm, settings.as_dict(), ex.question, texts, None)
         keyed.append(_Pending(ex, key, texts, seconds, None, list(passages)))
     pending = [p for p in keyed if p.key not in store]
-    bar = tqdm(total=len(keyed), initial=len(keyed) - len(pending), desc="eval", unit="q",
-               disable=not progress, dynamic_ncols=True)
-    try:
-        _run_pending(tm, store, list(pending), batch_size=batch_size or tm.config.batch_size,
-                     bar=bar, on_chunk=on_chunk)
-    finally:
-        bar.close()
+    _run_pending(tm, store, list(pending), batch_size=batch_size or tm.config.batch_size,
+                 desc="eval", total=len(keyed), progress=progress, on_chunk=on_chunk)
     computed = {p.key for p in pending}
-    return [_record(store, p, p.key in computed) for p in keyed]
+    return [read_eval_record(store, p.example, p.key, tuple(p.passages), p.key in computed)
+            for p in keyed]
 
 
 def cached_records(
@@ -241,23 +243,14 @@ def cached_records(
     """
     settings = settings_for(tm, top_k=top_k, dtype=dtype, retrieval=source.name)
     out = []
-    for ex, (passages, seconds) in zip(examples, source.fetch(examples, top_k), strict=True):
+    for ex, (passages, _) in zip(examples, source.fetch(examples, top_k), strict=True):
         texts = [p.as_context() for p in passages]
         key = example_key(tm, settings.as_dict(), ex.question, texts, None)
         if key not in store:
             raise InvalidInputError(f"{ex.dataset}[{ex.id}]", "is not in the cache",
                                     "run the evaluation for it first")
-        out.append(_record(store, _Pending(ex, key, texts, seconds, None), False))
+        out.append(read_eval_record(store, ex, key, tuple(texts)))
     return out
-
-
-def _record(store: ResultStore, p: _Pending, computed: bool) -> EvalRecord:
-    value = store.get(p.key)
-    if value is None:  # only possible if the store was changed underneath us
-        raise RuntimeError(f"result for {p.example.dataset}:{p.example.id} missing from store")
-    return EvalRecord(example=p.example, key=p.key, passages=tuple(p.passages),
-                      decision=Decision.model_validate(value["decision"]),
-                      retrieval_s=float(value.get("retrieval_s", 0.0)), computed=computed)
 
 
 # -- retrieval-noise robustness ------------------------------------------------------------
@@ -288,16 +281,6 @@ def inject_noise(
     return out
 
 
-@dataclass(frozen=True)
-class NoiseRecord:
-    """One example at one corruption level: the arbitration with the fixed Direct answer."""
-
-    example: EvalExample
-    n_replaced: int
-    decision: Decision
-    key: str  # cache key (the main run's key at level 0)
-
-
 def run_noise(
     tm: TrustMargin,
     records: Sequence[EvalRecord],
@@ -317,7 +300,6 @@ def run_noise(
     records. Results are cached like the main run, so this is resumable too.
     """
     settings = settings_for(tm, top_k=top_k, dtype=dtype, retrieval="noise")
-    out: list[NoiseRecord] = []
     pending: list[_Pending] = []
     planned: list[tuple[EvalRecord, int, str]] = []
     for level in levels:
@@ -332,20 +314,8 @@ def run_noise(
             planned.append((rec, level, key))
             if key not in store and all(p.key != key for p in pending):
                 pending.append(_Pending(rec.example, key, noisy, 0.0, direct))
-    bar = tqdm(total=len(pending), desc="noise", unit="q", disable=not progress,
-               dynamic_ncols=True)
-    try:
-        _run_pending(tm, store, pending, batch_size=batch_size or tm.config.batch_size, bar=bar,
-                     on_chunk=None)
-    finally:
-        bar.close()
-    for rec, level, key in planned:
-        if level == 0:
-            out.append(NoiseRecord(rec.example, 0, rec.decision, key))
-            continue
-        value = store.get(key)
-        if value is None:
-            raise RuntimeError(f"noise result for {rec.example.id} missing from store")
-        out.append(NoiseRecord(rec.example, level, Decision.model_validate(value["decision"]),
-                               key))
-    return out
+    _run_pending(tm, store, pending, batch_size=batch_size or tm.config.batch_size,
+                 desc="noise", progress=progress)
+    return [NoiseRecord(rec.example, 0, rec.decision, key) if level == 0
+            else read_noise_record(store, rec.example, level, key)
+            for rec, level, key in planned]

@@ -1,0 +1,228 @@
+"""The one crash-safe writer for every file the project writes (standard library only).
+
+Whole files (outputs, manifests, downloads, cache manifests) are written with
+:func:`atomic_output` (or its one-call forms :func:`write_text_atomic` and
+:func:`write_bytes_atomic`): the content goes to a temporary file beside the destination,
+is flushed and fsynced, renamed over the destination, and the directory is fsynced. A reader
+therefore sees the old file or the complete new one, never a torn mix, whatever happens
+(a kill, a full disk, a power cut). On any failure the temporary file is removed and the
+previous destination is left as it was.
+
+Append-only files (the result store) are opened with :func:`open_append`: ``O_APPEND`` so each
+``write()`` lands whole at the end even with several writers, ``O_NOFOLLOW`` so a planted link
+is never followed, and refused when hard-linked elsewhere.
+
+Both refuse a destination that is a symbolic link or a directory: a link planted in a run
+directory must not make the project write outside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import secrets
+import socket
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from trustmargin_integrations.errors import InvalidInputError
+
+TEMP_MARK = ".writing-"
+TEMP_SUFFIX = ".tmp"
+# A file mode like any other file the user's programs create (0o666 less the umask): the
+# kernel applies the umask to os.open's mode, so outputs and caches share one mode (mkstemp's
+# 0o600 made `score` outputs private while their caches were not).
+FILE_MODE = 0o666
+# Leave room in the 255-byte name limit for the temp suffix (host, pid, token).
+_NAME_ROOM = 120
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname())[:40] or "host"
+
+
+def _temp_prefix(dest: Path) -> str:
+    return dest.name[:_NAME_ROOM] + TEMP_MARK
+
+
+def temp_path(dest: Path) -> Path:
+    """A fresh temporary name beside ``dest``: ``NAME.writing-HOST-PID-TOKEN.tmp``.
+
+    The host and pid say who owns it (see :func:`remove_stale_temps`); the random token keeps
+    two writers of one process (threads) apart.
+    """
+    token = secrets.token_hex(6)
+    return dest.with_name(f"{_temp_prefix(dest)}{_host()}-{os.getpid()}-{token}{TEMP_SUFFIX}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    return True
+
+
+def remove_stale_temps(dest: Path) -> list[Path]:
+    """Remove the temporary files of ``dest`` that writers killed on this host left behind.
+
+    Only temps whose owner process is gone are removed. Deleting every ``NAME.writing-*``
+    (what ``score`` once did) removed a concurrent run's in-flight temp and crashed it; a
+    temp of another host (a shared folder) or of a live process is never touched. A reused
+    pid only keeps a stale temp a little longer, it never deletes a live one.
+
+    Returns:
+        The paths removed.
+    """
+    removed: list[Path] = []
+    if not dest.parent.is_dir():
+        return removed
+    host = _host()
+    for temp in dest.parent.glob(f"{_temp_prefix(dest)}*{TEMP_SUFFIX}"):
+        owner = temp.name[len(_temp_prefix(dest)):-len(TEMP_SUFFIX)].rsplit("-", 2)
+        if len(owner) != 3 or owner[0] != host or not owner[1].isdigit():
+            continue
+        pid = int(owner[1])
+        if pid > 0 and not _alive(pid):
+            with contextlib.suppress(FileNotFoundError):
+                temp.unlink()
+            removed.append(temp)
+    return removed
+
+
+def check_destination(path: Path) -> Path:
+    """Refuse a destination that is a symbolic link or a directory; return ``path``.
+
+    Raises:
+        InvalidInputError: naming the path and the fix.
+    """
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return path
+    if stat.S_ISLNK(info.st_mode):
+        raise InvalidInputError(str(path), "is a symbolic link (it is never followed or "
+                                "replaced, so nothing is written where it points)",
+                                "remove the link or pass the real file path")
+    if stat.S_ISDIR(info.st_mode):
+        raise InvalidInputError(str(path), "is a directory", "pass a file path")
+    return path
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (some filesystems cannot; then it is skipped)."""
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _atomic(path: str | Path, mode: str, encoding: str | None) -> Iterator[IO[Any]]:
+    dest = check_destination(Path(path))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(dest)
+    temp = temp_path(dest)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(temp, flags, FILE_MODE)
+    try:
+        with os.fdopen(fd, mode, encoding=encoding) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        check_destination(dest)  # a link planted while we wrote is refused too
+        os.replace(temp, dest)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            temp.unlink()
+        raise
+    _fsync_directory(dest.parent)
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | Path, *, encoding: str = "utf-8") -> Iterator[IO[str]]:
+    """Stream a text file into a handle; on a clean exit it replaces ``path`` whole.
+
+    The parent folder is created when missing. An exception inside the block (or while
+    flushing: ENOSPC, EIO) removes the temporary file and leaves ``path`` untouched.
+
+    Raises:
+        InvalidInputError: ``path`` is a symbolic link or a directory.
+    """
+    with _atomic(path, "w", encoding) as handle:
+        yield handle
+
+
+@contextlib.contextmanager
+def atomic_binary_output(path: str | Path) -> Iterator[IO[bytes]]:
+    """:func:`atomic_output` for bytes (e.g. a model file assembled from parts)."""
+    with _atomic(path, "wb", None) as handle:
+        yield handle
+
+
+def write_text_atomic(path: str | Path, text: str, *, encoding: str = "utf-8") -> Path:
+    """Replace ``path`` with ``text`` atomically (see :func:`atomic_output`); return it."""
+    with atomic_output(path, encoding=encoding) as handle:
+        handle.write(text)
+    return Path(path)
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
+    """Replace ``path`` with ``data`` atomically (see :func:`atomic_output`); return it."""
+    with atomic_binary_output(path) as handle:
+        handle.write(data)
+    return Path(path)
+
+
+def open_append(path: str | Path) -> int:
+    """Open an append-only file (created when missing); return the read-write descriptor.
+
+    Each ``os.write`` on it lands whole at the current end (``O_APPEND``), so several
+    processes appending one record per write never interleave inside a record.
+
+    Raises:
+        InvalidInputError: the path is a symbolic link, not a regular file, or hard-linked
+            elsewhere (appending would change that other file too).
+    """
+    file = Path(path)
+    check_destination(file)
+    # Read-write, not write-only: the store reads its last byte to detect a torn line.
+    flags = (os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+             | getattr(os, "O_CLOEXEC", 0))
+    try:
+        fd = os.open(file, flags, FILE_MODE)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a link planted between the check and the open
+            check_destination(file)
+        raise
+    try:
+        check_regular_file(file, os.fstat(fd))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def check_regular_file(path: Path, info: os.stat_result) -> None:
+    """Refuse a non-regular or hard-linked file that the project would append to or read as
+    its own store.
+
+    Raises:
+        InvalidInputError: naming ``path`` and the fix.
+    """
+    if not stat.S_ISREG(info.st_mode):
+        raise InvalidInputError(str(path), "is not a regular file", "pass a file path")
+    if info.st_nlink > 1:
+        raise InvalidInputError(str(path), f"has {info.st_nlink} hard links (appending would "
+                                "change the other names too, e.g. an input file)",
+                                "remove the extra link or pass another file path")
