@@ -17,10 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import click
+import typer
 from rich.console import Console
 from rich.markup import escape
-from typer.core import TyperCommand
+from typer.core import TyperArgument, TyperCommand, TyperOption
 
 from trustmargin_integrations.errors import InvalidInputError, TrustMarginError
 from trustmargin_integrations.validation import strip_controls
@@ -48,7 +48,7 @@ _OS_FIXES: dict[int, tuple[str, str]] = {
 class GuardedCommand(TyperCommand):
     """A command whose environment failures are typed errors that name the option."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: typer.Context) -> Any:
         """Run the command; translate the failures listed in the module docstring."""
         try:
             return super().invoke(ctx)
@@ -77,7 +77,7 @@ def report(exc: TrustMarginError, console: Console) -> None:
     console.print(f"[red]error[/] {printable(str(exc))}", soft_wrap=True)
 
 
-def given_paths(ctx: click.Context) -> Iterator[tuple[str, Path]]:
+def given_paths(ctx: typer.Context) -> Iterator[tuple[str, Path]]:
     """(option as the user typed it, path) for every path-like value the command got."""
     for param in ctx.command.params:
         value = ctx.params.get(param.name or "")
@@ -87,8 +87,8 @@ def given_paths(ctx: click.Context) -> Iterator[tuple[str, Path]]:
                 yield _option_name(param), Path(item)
 
 
-def _option_name(param: click.Parameter) -> str:
-    if isinstance(param, click.Option):
+def _option_name(param: TyperOption | TyperArgument) -> str:
+    if isinstance(param, TyperOption):
         return max(param.opts, key=len)
     return (param.name or "argument").upper()
 
@@ -125,10 +125,12 @@ def _os_error(exc: OSError, paths: list[tuple[str, Path]]) -> InvalidInputError:
 
 
 def _owner(failed: Path, paths: list[tuple[str, Path]]) -> str:
-    """The option whose path is the failed one, holds it, or is its stem (``OUT.cache``)."""
+    """The option whose path is the failed one, holds it, lies in it (a folder that could not
+    be made), or is its stem (``OUT.cache``)."""
     best: tuple[int, str] | None = None
     for option, path in paths:
-        holds = path == failed or path in failed.parents or str(failed).startswith(str(path))
+        holds = (path == failed or path in failed.parents or failed in path.parents
+                 or str(failed).startswith(str(path)))
         if holds and (best is None or len(str(path)) > best[0]):
             best = (len(str(path)), option)
     return best[1] if best else str(failed)

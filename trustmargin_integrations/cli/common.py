@@ -30,10 +30,21 @@ def load_arbiter(model: str, device: str | None, dtype: str | None, *,
         if fitted is not None:
             return TrustMargin.calibrated(backend, fitted, settings)
         return TrustMargin(backend, settings)
+    check_model(model)
     check_device(device)
     with console.status(f"loading {model} ..."):
         return TrustMargin.from_pretrained(model, device=device, dtype=dtype, config=settings,
                                            calibration=fitted)
+
+
+def check_model(model: str) -> None:
+    """Refuse a --model folder that holds no model before loading it (transformers would
+    fail deep inside with a tokenizer error; the model loader is where this check belongs)."""
+    folder = Path(model)
+    if folder.is_dir() and not (folder / "config.json").is_file():
+        raise InvalidInputError("--model", f"{folder} holds no model (no config.json)",
+                                "pass a Hugging Face model folder, a .gguf file or a named "
+                                "model (trustmargin models)")
 
 
 def check_device(device: str | None) -> None:
@@ -135,6 +146,12 @@ def signed(value: float | None) -> str:
 def write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
     """One JSON object per line."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as fh:
-        for rec in records:
-            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    try:
+        with path.open("w", encoding="utf-8") as fh:
+            for rec in records:
+                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    except OSError as exc:
+        if exc.filename:
+            raise
+        # A full disk shows when the buffer is flushed, as an error naming no file.
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
