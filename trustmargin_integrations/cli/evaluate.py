@@ -59,6 +59,8 @@ class _Settings:
     pipeline_corpus: Path | None
 
 
+# Long only by its 21 option declarations (typer reads them from the signature); the body
+# checks the options, plans the datasets and hands over to _evaluate.
 @command(name="eval")
 def eval_command(
     dataset: Annotated[list[str], typer.Option(
