@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from typer import Typer
 from typer.testing import CliRunner
 
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.calibration import Calibration
+from trustmargin_integrations.cli import app
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation import calibration as cal
@@ -32,7 +32,6 @@ from trustmargin_integrations.evaluation.calibration import (
     assign_folds,
     cross_validate,
 )
-from trustmargin_integrations.evaluation.cli import register
 from trustmargin_integrations.evaluation.diagnostics import (
     hyperparameter_grid,
     method_scores,
@@ -265,8 +264,6 @@ def test_calibrate_command_end_to_end_on_a_real_run(tm: TrustMargin, tmp_path: P
     record_dataset(run_dir, "demo4", records, {"retrieval": "precomputed", "top_k": 3,
                                                "dtype": "float32", "batch_size": 4,
                                                "command": "pytest"})
-    app = Typer()
-    register(app)
     runner = CliRunner()
     out = tmp_path / "cal.json"
     result = runner.invoke(app, ["calibrate", str(run_dir), "--out", str(out), "--folds", "2",
@@ -298,9 +295,10 @@ def test_calibrate_command_end_to_end_on_a_real_run(tm: TrustMargin, tmp_path: P
     assert (calibrated.config.lambda_bind, calibrated.config.tau) == (c.lambda_bind, c.tau)
 
     bad = runner.invoke(app, ["calibrate", str(run_dir), "--objective", "bleu"])
-    assert bad.exit_code == 2 and "--objective" in bad.output
+    assert isinstance(bad.exception, InvalidInputError) and "--objective" in str(bad.exception)
     too_many = runner.invoke(app, ["calibrate", str(run_dir), "--folds", "5"])
-    assert too_many.exit_code == 2 and "lower --folds" in too_many.output
+    assert isinstance(too_many.exception, InvalidInputError)
+    assert "lower --folds" in str(too_many.exception)
 
     # The report of the same run carries the intervals and the best-single-source row.
     report = runner.invoke(app, ["report", str(run_dir)])

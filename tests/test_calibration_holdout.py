@@ -13,16 +13,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer import Typer
 from typer.testing import CliRunner
 
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.calibration import Calibration, shipped_models, shipped_path
+from trustmargin_integrations.cli import app
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation import calibration as cal
 from trustmargin_integrations.evaluation.calibrate import calibrate_run
 from trustmargin_integrations.evaluation.calibration import Problem, split_holdout
-from trustmargin_integrations.evaluation.cli import register
 from trustmargin_integrations.evaluation.datasets import EvalExample
 from trustmargin_integrations.evaluation.diagnostics import score_decision
 from trustmargin_integrations.evaluation.report import build_report
@@ -172,8 +171,6 @@ def test_report_has_the_calibrated_rule_and_question_types(tmp_path: Path) -> No
     _write_run(run, {"a": 50, "b": 30}, types=("comparison", "compositional"))
     c, _ = calibrate_run(run, folds=0, holdout=0.5, split_seed=0, resamples=200)
     cal_file = c.save(tmp_path / "cal.json")
-    app = Typer()
-    register(app)
     result = CliRunner().invoke(app, ["report", str(run), "--calibration", str(cal_file)])
     assert result.exit_code == 0, result.output
     md = (run / "report.md").read_text(encoding="utf-8")
@@ -215,7 +212,6 @@ def test_grid_choices_are_the_replayed_rule_in_every_cell() -> None:
 
 
 def test_cli_calibration_option_conflicts_and_unknown_models(tmp_path: Path) -> None:
-    from trustmargin_integrations.cli import app
     from trustmargin_integrations.demo import demo_corpus
 
     corpus = tmp_path / "corpus.jsonl"

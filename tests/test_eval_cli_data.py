@@ -7,23 +7,15 @@ import os
 from pathlib import Path
 
 import pytest
-from typer import Typer
-from typer.testing import CliRunner
+from cli_support import run_main
 
 from trustmargin_integrations.errors import InvalidInputError
-from trustmargin_integrations.evaluation.cli import register
 from trustmargin_integrations.evaluation.datasets import EvalExample, load_dataset, load_examples
 from trustmargin_integrations.evaluation.pipeline_runner import first_of_each_type
 
 # The benchmark data lies beside the repository (../shared/data/raw) unless told otherwise.
 DATA_DIR = Path(os.environ.get("TRUSTMARGIN_DATA")
                 or Path(__file__).resolve().parents[2] / "shared" / "data" / "raw")
-
-
-def _app() -> Typer:
-    app = Typer()
-    register(app)
-    return app
 
 
 def test_both_file_formats_and_alias_forms(tmp_path: Path) -> None:
@@ -79,7 +71,7 @@ def test_bad_cli_input_is_a_clear_error_before_any_model_load(
     args: list[str], message: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("TRUSTMARGIN_DATA", raising=False)
-    result = CliRunner().invoke(_app(), args)
+    result = run_main(*args)
     assert result.exit_code == 2
     assert message in result.output
 

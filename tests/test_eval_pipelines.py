@@ -18,10 +18,10 @@ from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.datasets import load_dataset
 from trustmargin_integrations.evaluation.pipeline_runner import parse_pipelines, run_pipeline
 from trustmargin_integrations.evaluation.report import build_report
-from trustmargin_integrations.evaluation.report_sections import multi_candidate_answer
 from trustmargin_integrations.evaluation.rundir import load_run, open_store, record_dataset
 from trustmargin_integrations.evaluation.runner import PrecomputedPassages, run_eval
 from trustmargin_integrations.retrieval.bm25 import BM25Index
+from trustmargin_integrations.schema import multi_candidate_answer
 
 PIPES = ("dtr", "ircot")
 PARAMS = {"dtr": {"threshold": 0.0, "k": 3}, "ircot": {"max_steps": 1, "k": 2}}

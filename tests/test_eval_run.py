@@ -18,13 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer import Typer
 from typer.testing import CliRunner
 
 from trustmargin_integrations.arbiter import TrustMargin
+from trustmargin_integrations.cli import app
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
-from trustmargin_integrations.evaluation.cli import register
 from trustmargin_integrations.evaluation.datasets import EvalExample, load_dataset, passage_pool
 from trustmargin_integrations.evaluation.diagnostics import (
     method_scores,
@@ -172,7 +171,7 @@ def test_noise_run_and_report_render_from_the_cache(
                                              "batch_size": BATCH, "command": "pytest"},
                    noise, {"seed": 7, "levels": [0, 3], "pool": "cwq passages", "n": 2})
 
-    result = CliRunner().invoke(_app(), ["report", str(run_dir), "--title", "Small real run"])
+    result = CliRunner().invoke(app, ["report", str(run_dir), "--title", "Small real run"])
     assert result.exit_code == 0, result.output
     report = (run_dir / "report.md").read_text(encoding="utf-8")
     for section in ("## Main results", "## Margin ablation", "## Source-arbitration diagnostics",
@@ -189,11 +188,6 @@ def test_noise_run_and_report_render_from_the_cache(
         assert width > 300 and height > 200
         assert f"]({png})" in report
 
-
-def _app() -> Typer:
-    app = Typer()
-    register(app)
-    return app
 
 
 def test_links_planted_in_a_run_directory_never_reach_outside(tmp_path: Path) -> None:

@@ -1,0 +1,17 @@
+"""The ``trustmargin`` command line: one module per sub-command.
+
+:mod:`.app` holds the typer app and :func:`main`; :mod:`.boundary` the one error boundary
+every command runs in; :mod:`.options` and :mod:`.common` what several commands share. The
+command line is the top layer: it may import anything, and nothing imports it.
+"""
+
+import importlib
+
+from trustmargin_integrations.cli.app import app, main
+
+# Importing a command's module registers it; this order is the order `--help` lists them.
+COMMAND_MODULES = ("demo", "ask", "score", "index", "models", "evaluate", "report", "calibrate")
+for _module in COMMAND_MODULES:
+    importlib.import_module(f"{__name__}.{_module}")
+
+__all__ = ["app", "main"]

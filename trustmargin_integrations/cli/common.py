@@ -1,0 +1,157 @@
+"""What several commands share: loading the arbiter from options, the rule options, the
+retriever options, and small printing and writing helpers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from trustmargin_integrations.cli.app import console
+from trustmargin_integrations.config import TrustMarginConfig
+from trustmargin_integrations.errors import InvalidInputError, TrustMarginError
+
+
+def load_arbiter(model: str, device: str | None, dtype: str | None, *,
+                 remote_url: str | None = None, remote_model: str | None = None,
+                 concurrency: int = 8, calibration: Any = None, **config: Any) -> Any:
+    """The TrustMargin the options describe: a local model, or a remote server's."""
+    from trustmargin_integrations.arbiter import TrustMargin
+
+    settings = config_from_options(**config)
+    fitted = calibration_option(calibration, model, config)
+    if remote_url:
+        from trustmargin_integrations.backends.openai_compat import OpenAICompatBackend
+
+        backend = OpenAICompatBackend(remote_url, remote_model or model, tokenizer=model,
+                                      max_concurrency=concurrency)
+        if fitted is not None:
+            return TrustMargin.calibrated(backend, fitted, settings)
+        return TrustMargin(backend, settings)
+    check_model(model)
+    check_device(device)
+    with console.status(f"loading {model} ..."):
+        return TrustMargin.from_pretrained(model, device=device, dtype=dtype, config=settings,
+                                           calibration=fitted)
+
+
+def check_model(model: str) -> None:
+    """Refuse a --model folder that holds no model before loading it (transformers would
+    fail deep inside with a tokenizer error; the model loader is where this check belongs)."""
+    folder = Path(model)
+    if folder.is_dir() and not (folder / "config.json").is_file():
+        raise InvalidInputError("--model", f"{folder} holds no model (no config.json)",
+                                "pass a Hugging Face model folder, a .gguf file or a named "
+                                "model (trustmargin models)")
+
+
+def check_device(device: str | None) -> None:
+    """Refuse a --device torch cannot parse or this machine lacks, before any model loads."""
+    if device is None:
+        return
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError) as exc:
+        raise InvalidInputError("--device", f"{device!r} is not a device ({exc})",
+                                "pass cpu, cuda or cuda:N, or omit it (auto)") from None
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (parsed.index or 0) >= count:
+            raise InvalidInputError("--device", f"{device!r} is not available here ({count} "
+                                    "CUDA device(s) visible)",
+                                    "pass cpu, or omit it to use what is present")
+
+
+def calibration_option(value: Any, model: str, config: dict[str, Any]) -> Any:
+    """The calibration a --calibration option names (None without one; a loaded one as it
+    is), before any model loads; giving --tau or --lambda-bind as well is ambiguous, so it
+    is an error."""
+    if value is None:
+        return None
+    from trustmargin_integrations.calibration import Calibration
+
+    for key in ("tau", "lambda_bind"):
+        if key in config:
+            option = "--" + key.replace("_", "-")
+            raise InvalidInputError(option, "cannot be combined with --calibration (the "
+                                    "calibration sets it)", f"drop {option} or --calibration")
+    return Calibration.coerce(value, model=model)
+
+
+def config_from_options(**values: Any) -> TrustMarginConfig:
+    """The config, with a bad option reported as the option the user typed."""
+    try:
+        return TrustMarginConfig(**values)
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        option = "--" + str(problem["loc"][0]).replace("_", "-")
+        raise InvalidInputError(option, problem["msg"].lower(),
+                                "pass a finite number in the documented range") from None
+
+
+def rule_options(tau: float | None, lambda_bind: float | None) -> dict[str, float]:
+    """The decision rule's settings the user gave (the config's defaults otherwise)."""
+    given = {"tau": tau, "lambda_bind": lambda_bind}
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def open_retriever(corpus: Path | None, index: Path | None, elasticsearch: str | None = None,
+                   es_index: str = "trustmargin") -> Any:
+    """The one retriever --corpus, --index or --elasticsearch names."""
+    from trustmargin_integrations.retrieval.bm25 import BM25Index
+
+    if [corpus, index, elasticsearch].count(None) != 2:
+        raise InvalidInputError("--corpus/--index/--elasticsearch", "exactly one must be given",
+                                "pass --corpus FILE (indexed on the fly), --index DIR or "
+                                "--elasticsearch URL")
+    if elasticsearch:
+        from trustmargin_integrations.retrieval.elasticsearch import ElasticsearchRetriever
+
+        return ElasticsearchRetriever.connect(elasticsearch, index=es_index)
+    return BM25Index.from_corpus(corpus) if corpus else BM25Index.load(index)  # type: ignore[arg-type]
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """Read a run directory once, so that a corrupt or wrong-shaped manifest is one typed
+    error naming it (the manifest reader in evaluation/rundir.py raises KeyError, TypeError
+    or JSONDecodeError on one)."""
+    from trustmargin_integrations.evaluation.rundir import MANIFEST_FILE, load_run
+
+    try:
+        load_run(run_dir)
+    except TrustMarginError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError,
+            RecursionError) as exc:
+        raise InvalidInputError("RUN_DIR", f"{run_dir / MANIFEST_FILE} is corrupt or not a "
+                                f"run manifest ({type(exc).__name__}: {exc})",
+                                "re-run the `trustmargin eval` command that wrote it, or "
+                                "restore the file") from None
+
+
+def shorten(text: str, width: int = 48) -> str:
+    """``text`` cut to ``width`` characters with an ellipsis."""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def signed(value: float | None) -> str:
+    """A margin with its sign and two decimals (``-`` when there is none)."""
+    return "-" if value is None else f"{value:+.2f}"
+
+
+def write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
+    """One JSON object per line."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with path.open("w", encoding="utf-8") as fh:
+            for rec in records:
+                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    except OSError as exc:
+        if exc.filename:
+            raise
+        # A full disk shows when the buffer is flushed, as an error naming no file.
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc

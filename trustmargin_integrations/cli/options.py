@@ -1,0 +1,36 @@
+"""The options several commands share, typed once."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+ModelOpt = Annotated[str, typer.Option(
+    "--model", "-m",
+    help="Named model (smollm2-135m, qwen2.5-1.5b), a local directory, a .gguf file or a "
+         "Hugging Face id.")]
+DeviceOpt = Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 ... (default: auto).")]
+DtypeOpt = Annotated[str | None, typer.Option(
+    help="float32, bfloat16 or float16 (default: fp32 on CPU, bf16/fp16 on GPU).")]
+TopKOpt = Annotated[int, typer.Option("--top-k", "-k", min=1, help="Passages to retrieve.")]
+PromptsOpt = Annotated[bool, typer.Option(
+    "--include-prompts/--no-include-prompts",
+    help="Attach the exact rendered prompt of each view to every decision.")]
+RemoteUrlOpt = Annotated[str | None, typer.Option(
+    "--remote-url",
+    help="Score and generate on an OpenAI-compatible server (vLLM, llama.cpp) instead of "
+         "loading the model here; --model then names its tokenizer (HF id or directory).")]
+RemoteModelOpt = Annotated[str | None, typer.Option(
+    "--remote-model", help="The model name the server serves (default: --model).")]
+ConcurrencyOpt = Annotated[int, typer.Option(min=1, help="Requests in flight to the server.")]
+TauOpt = Annotated[float | None, typer.Option(
+    "--tau", help="Decision threshold: RAG iff M > tau (default: the paper's -1.5).")]
+LambdaOpt = Annotated[float | None, typer.Option(
+    "--lambda-bind", help="Weight of the binding margin (default: the paper's 0.5).")]
+CalibrationOpt = Annotated[str | None, typer.Option(
+    "--calibration", help="A file from `trustmargin calibrate`, or 'shipped' for the one "
+    "shipped with a named model: its lambda-bind and tau replace the paper's.")]
+EsUrlOpt = Annotated[str | None, typer.Option(
+    "--elasticsearch", help="Elasticsearch URL (credentials: TRUSTMARGIN_ES_* variables).")]
+EsIndexOpt = Annotated[str, typer.Option("--es-index", help="Elasticsearch index name.")]

@@ -1,0 +1,85 @@
+"""``trustmargin score``: arbitrate a file of given candidates, resumably."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from trustmargin_integrations.cli.app import command, console
+from trustmargin_integrations.cli.boundary import printable
+from trustmargin_integrations.cli.common import (
+    calibration_option,
+    config_from_options,
+    load_arbiter,
+    rule_options,
+)
+from trustmargin_integrations.cli.options import (
+    CalibrationOpt,
+    ConcurrencyOpt,
+    DeviceOpt,
+    DtypeOpt,
+    LambdaOpt,
+    ModelOpt,
+    PromptsOpt,
+    RemoteModelOpt,
+    RemoteUrlOpt,
+    TauOpt,
+)
+from trustmargin_integrations.urls import redact_url
+
+
+@command()
+def score(
+    input: Annotated[Path, typer.Option("--input", "-i", help=(
+        "JSONL of candidates: question, passages (list of str), direct_answer, rag_answer, "
+        "and optionally id (default: line number)."))],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Decisions (JSONL).")],
+    model: ModelOpt = "smollm2-135m",
+    batch_size: Annotated[int, typer.Option(min=1, help="Questions per model call.")] = 8,
+    include_prompts: PromptsOpt = False,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    remote_url: RemoteUrlOpt = None,
+    remote_model: RemoteModelOpt = None,
+    concurrency: ConcurrencyOpt = 8,
+    tau: TauOpt = None,
+    lambda_bind: LambdaOpt = None,
+    calibration: CalibrationOpt = None,
+) -> None:
+    """Arbitrate given candidates (another system's outputs) without generating anything.
+
+    The whole file is validated before the model loads. Resumable: finished decisions are
+    kept in OUTPUT.cache (keyed by the record, model and settings) and OUTPUT is written
+    complete, in input order, at the end. Keys other than the candidate fields are carried
+    to each decision's metadata.
+    """
+    from trustmargin_integrations.score_file import key_settings, run_score
+
+    rule = rule_options(tau, lambda_bind)
+    settings = config_from_options(batch_size=batch_size, include_prompts=include_prompts,
+                                   **rule)
+    fitted = calibration_option(calibration, model, rule)
+    if fitted is not None:
+        # The cache key holds the rule in force, so a calibrated run never reuses another's.
+        settings = fitted.apply(settings)
+    keyed = key_settings(remote_model or model if remote_url else model, settings,
+                         dtype=dtype, device=device,
+                         remote=redact_url(remote_url) if remote_url else None)
+
+    def told(reused: int, todo: int) -> None:
+        if reused:
+            console.print(f"resuming: {reused} decisions reused from {printable(str(output))}"
+                          f".cache, {todo} to compute")
+
+    report = run_score(
+        input, output, keyed,
+        lambda: load_arbiter(model, device, dtype, remote_url=remote_url,
+                             remote_model=remote_model, concurrency=concurrency,
+                             batch_size=batch_size, include_prompts=include_prompts,
+                             calibration=fitted, **rule),
+        batch_size=batch_size, on_reuse=told,
+    )
+    console.print(f"{report.records} decisions in {printable(str(report.output))} "
+                  f"({report.computed} computed, {report.reused} reused)")
