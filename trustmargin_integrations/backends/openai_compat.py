@@ -225,8 +225,9 @@ class OpenAICompatBackend(LocalTokenizerMixin):
         self.max_concurrency = max_concurrency
         self.max_retries = self.waits.max_retries
         self.backoff_s = float(backoff_s)
-        self._backoff = tenacity.wait_exponential_jitter(initial=self.backoff_s, max=30.0,
-                                                         jitter=self.backoff_s / 2)
+        # backoff_s * 2**retry, capped at 30 s, plus up to half of backoff_s of jitter.
+        self._backoff = (tenacity.wait_exponential(multiplier=self.backoff_s, max=30.0)
+                         + tenacity.wait_random(0, self.backoff_s / 2))
         self.extra_body = dict(extra_body or {})
         self._renderer = renderer
         self._chat = self.has_chat_template
