@@ -22,10 +22,14 @@ _USERINFO = re.compile(r"(?<=//)[^\s\"'<>]*@")
 # ``"authorization": "Bearer ..."``), whoever's credentials it holds.
 _AUTH_VALUE = re.compile(r"(authorization\W{1,4}(?:basic|bearer|apikey)\s+)[^\s\"',;]+",
                          re.IGNORECASE)
+# A logger's filter sees only records logged on that logger, not its children's: every logger
+# that emits is named.
 _LOGGERS = (
     "httpx", "httpcore", "httpcore.connection", "httpcore.http11", "httpcore.http2",
-    "httpcore.proxy", "elastic_transport", "elastic_transport.transport",
-    "elastic_transport.node_pool", "elasticsearch", "urllib3.connectionpool",
+    "httpcore.proxy", "httpcore.socks", "elastic_transport", "elastic_transport.transport",
+    # elastic_transport.node logs whole request and response bodies at DEBUG.
+    "elastic_transport.node", "elastic_transport.node_pool", "elasticsearch",
+    "elasticsearch.helpers", "urllib3.connectionpool",
     "trustmargin_integrations", "trustmargin_integrations.backends.openai_compat",
     "trustmargin_integrations.retrieval.elasticsearch",
 )
