@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -102,11 +101,9 @@ def _config(**values: Any) -> TrustMarginConfig:
     """The config, with a bad option reported as the option the user typed."""
     try:
         return TrustMarginConfig(**values)
-    except ValidationError as exc:
-        problem = exc.errors()[0]
-        option = "--" + str(problem["loc"][0]).replace("_", "-")
-        raise InvalidInputError(option, problem["msg"].lower(),
-                                "pass a finite number in the documented range") from None
+    except InvalidInputError as exc:
+        option = "--" + exc.field.replace("_", "-")
+        raise InvalidInputError(option, exc.problem, exc.fix) from None
 
 
 def _rule(tau: float | None, lambda_bind: float | None) -> dict[str, float]:
