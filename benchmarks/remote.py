@@ -67,7 +67,7 @@ def remote_backend(url: str, model: str, tokenizer: Any, concurrency: int
     # llama-cpp-python serves one request at a time, so a request may wait behind all the
     # others in flight: the timeout must cover the queue, not just one request.
     return OpenAICompatBackend(url, model, tokenizer, max_concurrency=concurrency,
-                               model_id="smollm2-135m", timeout_s=3600)
+                               model_id="smollm2-135m", timeout_s=3600, read_timeout_s=3600)
 
 
 def local_tokenizer() -> Any:

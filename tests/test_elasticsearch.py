@@ -45,7 +45,8 @@ def closed_port() -> int:
 
 @pytest.fixture
 def no_es_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("URL", "API_KEY", "USER", "PASSWORD", "CA_CERT", "INDEX"):
+    for name in ("URL", "API_KEY", "USER", "PASSWORD", "CA_CERT", "INDEX", "TIMEOUT",
+                 "CONNECT_TIMEOUT", "READ_TIMEOUT", "RETRIES"):
         monkeypatch.delenv(f"TRUSTMARGIN_ES_{name}", raising=False)
 
 
@@ -346,3 +347,91 @@ def test_live_missing_index_is_a_clear_error() -> None:
     es = ElasticsearchRetriever.connect(index=f"trustmargin-absent-{uuid.uuid4().hex[:8]}")
     with pytest.raises(ElasticsearchRetrievalError, match="HTTP 404"):
         es.search("anything", 3)
+
+
+# -- issue 19: secrets in every form, bounded waits (a fault-injecting server on 127.0.0.1) ----
+# tests/fault_server.py stands in for Elasticsearch: a real one cannot be made to hang or to
+# echo credentials on demand. The client, its transport, retries and timeouts are real.
+
+SLASH_PASSWORD = "es/PW@7c1-never"
+
+
+def test_a_password_with_slash_and_at_leaves_the_url_whole(no_es_env: None) -> None:
+    from urllib.parse import quote
+
+    for typed in (SLASH_PASSWORD, quote(SLASH_PASSWORD, safe="")):
+        settings = ElasticsearchSettings(f"http://elastic:{typed}@127.0.0.1:9200")
+        assert settings.url == "http://127.0.0.1:9200"
+        assert settings.client_kwargs()["basic_auth"] == ("elastic", SLASH_PASSWORD)
+        assert SLASH_PASSWORD not in repr(settings) and typed not in repr(settings)
+
+
+def test_an_echoed_basic_header_never_shows(no_es_env: None,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    import base64
+    from urllib.parse import quote
+
+    from fault_server import Answer, FaultServer
+
+    def echo(seen: object) -> Answer:
+        auth = seen.headers.get("authorization", "")  # type: ignore[attr-defined]
+        return Answer(401, {"error": {"type": "security_exception",
+                                      "reason": f"bad credentials {auth} {auth.split()[-1]}"},
+                            "status": 401}, {"X-Elastic-Product": "Elasticsearch"})
+
+    caplog.set_level(logging.DEBUG)
+    with FaultServer(echo) as server:
+        url = server.url.replace("//", f"//elastic:{SLASH_PASSWORD}@")
+        es = ElasticsearchRetriever.connect(url, index="films", max_retries=0)
+        with pytest.raises(ElasticsearchRetrievalError, match="HTTP 401") as err:
+            es.search("who directed Alien?", 3)
+        sent = server.seen[0].headers["authorization"]
+    basic = base64.b64encode(f"elastic:{SLASH_PASSWORD}".encode()).decode()
+    assert sent == f"Basic {basic}"
+    for text in (str(err.value), repr(es), caplog.text):
+        for form in (SLASH_PASSWORD, quote(SLASH_PASSWORD, safe=""), basic, basic.rstrip("=")):
+            assert form not in text, (form, text)
+
+
+def test_a_server_that_never_answers_is_given_up_within_the_total(
+    no_es_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from fault_server import Answer, FaultServer
+
+    monkeypatch.setenv("TRUSTMARGIN_ES_TIMEOUT", "1.5")
+    monkeypatch.setenv("TRUSTMARGIN_ES_RETRIES", "2")
+    with FaultServer(lambda seen: Answer(hang=True)) as server:
+        es = ElasticsearchRetriever.connect(server.url, index="films")
+        assert es.settings is not None and es.settings.timeout_s == 1.5
+        assert es.settings.client_kwargs()["request_timeout"] == pytest.approx(0.5)
+        began = time.monotonic()
+        with pytest.raises(ElasticsearchRetrievalError, match="Timeout"):
+            es.search("who directed Alien?", 3)
+        took = time.monotonic() - began
+        assert took < 1.5 + 1.0, took
+        assert len(server.seen) == 3  # every attempt fit the total
+
+
+def test_wait_settings_default_and_refuse_nonsense(no_es_env: None,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = ElasticsearchSettings("http://127.0.0.1:9200")
+    assert (settings.request_timeout, settings.max_retries, settings.timeout_s) == (60, 2, 120)
+    assert ElasticsearchSettings.from_env(url="http://h:1", max_retries=0,
+                                          verify_certs=False).client_kwargs()["max_retries"] == 0
+    assert ElasticsearchSettings.from_env(url="http://h:1", verify_certs=False
+                                          ).client_kwargs()["verify_certs"] is False
+    with pytest.raises(InvalidInputError) as err:
+        ElasticsearchSettings("http://h:1", timeout_s=float("nan"))
+    assert err.value.field == "timeout_s"
+    monkeypatch.setenv("TRUSTMARGIN_ES_RETRIES", "many")
+    with pytest.raises(InvalidInputError) as err:
+        ElasticsearchSettings("http://h:1")
+    assert err.value.field == "TRUSTMARGIN_ES_RETRIES"
+
+
+@pytest.mark.parametrize("score", [float("nan"), float("inf"), "12", True])
+def test_a_hit_with_a_non_finite_score_is_a_clear_error(score: object) -> None:
+    with pytest.raises(ElasticsearchRetrievalError, match="_score"):
+        hit_to_passage({"_id": "1", "_score": score, "_source": {"text": "t"}})

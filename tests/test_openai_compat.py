@@ -66,8 +66,12 @@ def llama_server() -> Iterator[LlamaCppServer]:
 
 @pytest.fixture(scope="module")
 def remote(llama_server: LlamaCppServer, backend: Any) -> Iterator[OpenAICompatBackend]:
+    # llama-cpp-python answers one request at a time at ~50 ms per echoed token on a shared
+    # CPU, so four queued requests can pass the 60 s default read timeout: the waits
+    # docs/scale_out.md gives for this server.
     with OpenAICompatBackend(llama_server.url, llama_server.alias, backend.tokenizer,
-                             max_concurrency=4, model_id=backend.model_id) as rb:
+                             max_concurrency=4, model_id=backend.model_id,
+                             read_timeout_s=600, timeout_s=1800) as rb:
         yield rb
 
 

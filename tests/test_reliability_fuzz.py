@@ -121,7 +121,8 @@ junk = st.recursive(scalars, lambda inner: st.one_of(
 
 passage_objects = st.builds(Passage, id=st.text(max_size=6), text=texts,
                             title=st.one_of(st.just(""), odd_text),
-                            score=st.one_of(st.none(), st.floats()))
+                            score=st.one_of(st.none(), st.floats(allow_nan=False,
+                                                                 allow_infinity=False)))
 passage_dicts = st.fixed_dictionaries(
     {"text": st.one_of(texts, junk)},
     optional={"title": st.one_of(texts, junk), "id": st.one_of(texts, junk),

@@ -253,7 +253,7 @@ def test_case3_an_overlong_candidate_fails_fast(backend: Any) -> None:
 
 
 def test_case3_a_context_budget_beyond_the_window_is_refused_or_capped(backend: Any) -> None:
-    with pytest.raises(ValidationError, match="max_context_tokens"):
+    with pytest.raises(InvalidInputError, match="max_context_tokens"):
         TrustMarginConfig(max_context_tokens=10**9)
     wide = TrustMargin(backend, TrustMarginConfig(max_context_tokens=10_000_000))
     passages = [f"Passage {i}: the Zelvora Bridge has {i} rivets on span {i}." for i in range(900)]
@@ -484,7 +484,7 @@ def test_case6_schemeless_credentials_are_never_echoed(corpus: Path) -> None:
 def test_case7_non_finite_rule_parameters_are_refused(tm: TrustMargin, tmp_path: Path) -> None:
     for name in ("tau", "lambda_bind"):
         for value in (math.nan, math.inf, -math.inf):
-            with pytest.raises(ValidationError, match=name):
+            with pytest.raises(InvalidInputError, match=name):
                 TrustMarginConfig(**{name: value})
             with pytest.raises(ValidationError):
                 TrustMarginRouter(tm=tm, **{name: value})

@@ -1,13 +1,57 @@
-"""Run-time settings of the arbiter (paper defaults)."""
+"""Run-time settings of the arbiter (paper defaults) and the bounds of the rule's numbers."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from trustmargin_integrations.errors import InvalidInputError
 
 PAPER_LAMBDA_BIND: float = 0.5
 """The paper's weight of the evidence-binding margin (Section 4.3): the one place it is typed."""
 PAPER_TAU: float = -1.5
 """The paper's decision threshold (Section 4.3): RAG is chosen iff M > tau."""
+
+TAU_LIMIT: float = 100.0
+"""``|tau|`` may be at most this. Margins are differences of per-token log-likelihoods, a few
+nats in practice (the calibration grid spans -5..3); a threshold of 100 nats per token
+already means "always Direct" (or, negative, "always RAG"), so anything beyond is a typo or
+a damaged file (``1e308``), not a setting."""
+LAMBDA_BIND_LIMIT: float = 100.0
+"""``lambda_bind`` lies in ``[0, LAMBDA_BIND_LIMIT]``: a negative weight would reward an
+answer for NOT being supported by the passages, the opposite of the binding margin's meaning
+(the calibration grid spans 0..2)."""
+
+# strict: True and "1.5" are refused, not read as 1.0 and 1.5; ints are accepted.
+Tau = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-TAU_LIMIT, le=TAU_LIMIT,
+                             description="Threshold: RAG is chosen iff M > tau.")]
+LambdaBind = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0.0,
+                                    le=LAMBDA_BIND_LIMIT,
+                                    description="Weight of the evidence-binding margin.")]
+_RULE_FIX = (f"pass a finite number: tau from -{TAU_LIMIT:g} to {TAU_LIMIT:g}, lambda_bind "
+             f"from 0 to {LAMBDA_BIND_LIMIT:g}")
+_RULE = {"tau": TypeAdapter(Tau), "lambda_bind": TypeAdapter(LambdaBind)}
+
+
+def invalid_input(exc: ValidationError, fix: str, prefix: str = "") -> InvalidInputError:
+    """The first problem of a pydantic error as an InvalidInputError naming its field."""
+    problem = exc.errors()[0]
+    where = ".".join(str(part) for part in problem["loc"])
+    shown = repr(problem.get("input"))
+    shown = shown if len(shown) <= 60 else shown[:59] + "…"
+    return InvalidInputError(f"{prefix}{where}" if where else prefix.rstrip(".") or "value",
+                             f"{problem['msg'][:1].lower()}{problem['msg'][1:]}, got {shown}",
+                             fix)
+
+
+def check_rule_value(name: str, value: Any) -> float:
+    """``tau`` or ``lambda_bind`` checked against the bounds above (the one rule for both
+    the config and :meth:`Decision.replay`)."""
+    try:
+        return float(_RULE[name].validate_python(value))
+    except ValidationError as exc:
+        raise invalid_input(exc, _RULE_FIX, prefix=name) from None
 
 
 class TrustMarginConfig(BaseModel):
@@ -20,9 +64,8 @@ class TrustMarginConfig(BaseModel):
     # NaN would make every comparison with tau false (all Direct): refuse it up front.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    lambda_bind: float = Field(PAPER_LAMBDA_BIND,
-                               description="Weight of the evidence-binding margin.")
-    tau: float = Field(PAPER_TAU, description="Threshold: RAG is chosen iff M > tau.")
+    lambda_bind: LambdaBind = PAPER_LAMBDA_BIND
+    tau: Tau = PAPER_TAU
     top_k: int = Field(20, ge=1, description="Passages retrieved per question by "
                                              "TrustMargin.answer when no k is given.")
     max_context_tokens: int = Field(
@@ -42,3 +85,25 @@ class TrustMarginConfig(BaseModel):
         False, description="Attach the exact rendered prompt of each view to the Decision."
     )
     batch_size: int = Field(8, ge=1, description="Questions per model call.")
+
+    def __init__(self, **values: Any) -> None:
+        """Refuse a bad value with an InvalidInputError naming the field, not a pydantic
+        ValidationError (``tau`` and ``lambda_bind``: see :data:`TAU_LIMIT`)."""
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise invalid_input(exc, _RULE_FIX if exc.errors()[0]["loc"][:1] in (
+                ("tau",), ("lambda_bind",)) else "pass a value of the documented type and "
+                "range (see TrustMarginConfig's fields)") from None
+
+    @classmethod
+    def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> TrustMarginConfig:
+        """:meth:`BaseModel.model_validate` raising what ``__init__`` raises."""
+        try:
+            return super().model_validate(obj, *args, **kwargs)
+        except ValidationError as exc:
+            # pydantic validates through the custom __init__ and wraps its ValueError.
+            inner = (exc.errors()[0].get("ctx") or {}).get("error")
+            if isinstance(inner, InvalidInputError):
+                raise inner from None
+            raise invalid_input(exc, _RULE_FIX) from None

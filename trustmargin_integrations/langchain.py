@@ -374,11 +374,8 @@ def _arbiter(tm: TrustMargin, config: RunnableConfig | None, defaults: Mapping[s
     try:
         # model_validate, not model_copy(update=...): a NaN tau must be refused, not applied.
         cfg = TrustMarginConfig.model_validate({**tm.config.model_dump(), **update})
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        key = str(err["loc"][0]) if err["loc"] else "configurable"
-        raise InvalidInputError(f"configurable.{key}", f"{err['msg']} (got {err['input']!r})",
-                                "pass a finite number") from None
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"configurable.{exc.field}", exc.problem, exc.fix) from None
     return TrustMargin(tm.backend, cfg)
 
 

@@ -1,5 +1,10 @@
 """Pydantic records: passages, the input of one arbitration, the three prompt views and the
-Decision (the audit record)."""
+Decision (the audit record).
+
+Every number in these records is finite (``allow_inf_nan=False``): a NaN likelihood or margin
+makes every comparison with tau false, so it would pass for a Direct decision, and JSON would
+write it as ``null``. Such a record is refused where it is built, never stored.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from trustmargin_integrations.config import LambdaBind, Tau, check_rule_value
 from trustmargin_integrations.margins import (
     SETTLED,
     Choice,
@@ -24,7 +30,7 @@ DecisionReason = Reason
 class Passage(BaseModel):
     """A retrieved passage: what every retriever in this package returns."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     id: str = Field(description="Stable identifier within its corpus.")
     text: str
@@ -44,7 +50,7 @@ class Passage(BaseModel):
 class PassageRef(BaseModel):
     """Which passage entered the context: its rank, id, title and retriever score."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     rank: int = Field(ge=0, description="Position in the retrieval order (0 = best).")
     id: str | None = Field(None, description="The passage id (None for a bare string).")
@@ -85,7 +91,7 @@ class ArbitrationInput(BaseModel):
 class ViewLikelihoods(BaseModel):
     """One candidate's length-normalized log-likelihoods under the three views."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     question_only: float = Field(description="l_D(y) = log p(y | q) / |y|")
     question_context: float = Field(description="l_R(y) = log p(y | q, P) / |y|")
@@ -106,7 +112,7 @@ class ViewPrompts(BaseModel):
 class Timings(BaseModel):
     """Wall-clock seconds spent on this question (a batch's time is split evenly)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     generate_direct_s: float = 0.0
     generate_rag_s: float = 0.0
@@ -117,7 +123,7 @@ class Timings(BaseModel):
 class RagCandidate(BaseModel):
     """One RAG-side candidate of a multi-candidate decision: its text, likelihoods, margins."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str | None = Field(
         None, description="The caller's label (e.g. 'bm25', 'ircot'); None for a bare text.")
@@ -161,7 +167,7 @@ class Decision(BaseModel):
     Both new fields are left out of the JSON of a pairwise decision, which is unchanged.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     id: str | None = None
     question: str
@@ -181,8 +187,8 @@ class Decision(BaseModel):
     m_prior: float | None = None
     m_bind: float | None = None
     m: float | None = None
-    lambda_bind: float
-    tau: float
+    lambda_bind: LambdaBind
+    tau: Tau
     passages_given: int
     passages_used: int
     passages: list[PassageRef] = Field(
@@ -226,8 +232,7 @@ class Decision(BaseModel):
         their outcome: no hyper-parameter can change them. A multi-candidate decision is
         replayed over all its candidates (see :meth:`replay_winner`).
         """
-        if self.reason in SETTLED:
-            return SETTLED[self.reason]
+        # replay_winner keeps settled outcomes too, and checks the arguments in every case.
         return "direct" if self.replay_winner(lambda_bind, tau, variant) is None else "rag"
 
     def replay_winner(
@@ -240,7 +245,14 @@ class Decision(BaseModel):
         ``rag_candidates`` (0 for the one RAG answer of a pairwise decision), None for Direct.
 
         Replays :func:`~.margins.decide_among` on the recorded margins of every candidate.
+
+        Raises:
+            InvalidInputError: ``lambda_bind`` or ``tau`` is not a finite number within the
+                config's bounds (NaN would silently replay as Direct).
         """
+        lam = self.lambda_bind if lambda_bind is None else check_rule_value(
+            "lambda_bind", lambda_bind)
+        threshold = self.tau if tau is None else check_rule_value("tau", tau)
         if self.reason in SETTLED:
             if SETTLED[self.reason] == "direct":
                 return None
@@ -253,8 +265,7 @@ class Decision(BaseModel):
                        else (self.m_prior, self.m_bind)]
         if all(pair is None for pair in margins):
             raise ValueError(f"decision {self.id!r} has reason {self.reason!r} but no margins")
-        lam = self.lambda_bind if lambda_bind is None else lambda_bind
-        verdict = decide_among(margins, lam, self.tau if tau is None else tau, variant)
+        verdict = decide_among(margins, lam, threshold, variant)
         return verdict.candidate if verdict.choice == "rag" else None
 
     def replay_answer(

@@ -12,14 +12,24 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from base64 import b64encode
 from collections.abc import Iterable
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote
 
-_USERINFO = re.compile(r"(?<=//)[^/@\s]*@")
+# "//" up to the last "@" of the same token: also a password holding an unencoded "/" or "@".
+_USERINFO = re.compile(r"(?<=//)[^\s\"'<>]*@")
+# The value of an Authorization header a server echoes back (``Authorization: Basic ...``,
+# ``"authorization": "Bearer ..."``), whoever's credentials it holds.
+_AUTH_VALUE = re.compile(r"(authorization\W{1,4}(?:basic|bearer|apikey)\s+)[^\s\"',;]+",
+                         re.IGNORECASE)
+# A logger's filter sees only records logged on that logger, not its children's: every logger
+# that emits is named.
 _LOGGERS = (
     "httpx", "httpcore", "httpcore.connection", "httpcore.http11", "httpcore.http2",
-    "httpcore.proxy", "elastic_transport", "elastic_transport.transport",
-    "elastic_transport.node_pool", "elasticsearch", "urllib3.connectionpool",
+    "httpcore.proxy", "httpcore.socks", "elastic_transport", "elastic_transport.transport",
+    # elastic_transport.node logs whole request and response bodies at DEBUG.
+    "elastic_transport.node", "elastic_transport.node_pool", "elasticsearch",
+    "elasticsearch.helpers", "urllib3.connectionpool",
     "trustmargin_integrations", "trustmargin_integrations.backends.openai_compat",
     "trustmargin_integrations.retrieval.elasticsearch",
 )
@@ -28,37 +38,68 @@ _installed = False
 _guard = threading.Lock()
 
 
-def redact_url(url: str) -> str:
-    """``url`` without any ``user:password@`` part and without a query string.
+def _split(url: str) -> tuple[str, str | None]:
+    """``url`` without its user-info, and that user-info (None when there is none).
 
-    A URL without a scheme (``user:secret@host:9200``) or with a malformed port is still
-    redacted: everything up to the last ``@`` of the authority goes.
+    The user-info ends at the LAST ``@`` before any ``?`` or ``#``, not at the first ``/``:
+    users type passwords with an unencoded ``/`` or ``@`` (``http://admin:se/PW@host``),
+    which RFC 3986 forbids but which must never be shown. The price is that an ``@`` in the
+    path of a URL without credentials is read as one; server URLs have no such paths.
     """
     text = str(url).strip()
-    if "://" not in text:
-        text = "//" + text  # urlsplit finds an authority only after "//"
-    parts = urlsplit(text)
-    host = parts.netloc.rsplit("@", 1)[-1]
-    redacted = urlunsplit((parts.scheme, host, parts.path, "", ""))
-    return redacted.removeprefix("//")
+    scheme, sep, rest = text.partition("://")
+    prefix = f"{scheme}{sep}" if sep else ""
+    if not sep:
+        rest = text  # no scheme: "user:secret@host:9200"
+    at = re.split(r"[?#]", rest, maxsplit=1)[0].rfind("@")
+    if at < 0:
+        return text, None
+    return prefix + rest[at + 1:], rest[:at]
+
+
+def redact_url(url: str) -> str:
+    """``url`` without any ``user:password@`` part and without a query string or fragment.
+
+    A URL without a scheme (``user:secret@host:9200``), with a malformed port or with an
+    unencoded ``/`` or ``@`` in its password is still redacted: everything up to the last
+    ``@`` of the URL before its query goes.
+    """
+    clean, _ = _split(url)
+    return re.split(r"[?#]", clean, maxsplit=1)[0]
 
 
 def split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
-    """``url`` without its ``user:password@`` part, and that user and password (decoded)."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url, None
-    userinfo, host = parts.netloc.rsplit("@", 1)
+    """``url`` without its ``user:password@`` part, and that user and password (decoded).
+
+    The password is registered for scrubbing in every form a message could carry it: as
+    typed, percent-decoded, percent-encoded, and inside the ``Authorization: Basic`` value
+    (base64 of ``user:password``) that a server may echo back.
+    """
+    clean, userinfo = _split(url)
+    if userinfo is None:
+        return clean, None
     user, _, password = userinfo.partition(":")
-    protect_logs([password] if password else [])
-    clean = urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
-    return clean, (unquote(user), unquote(password))
+    plain_user, plain_password = unquote(user), unquote(password)
+    protect_logs([password])
+    protect_basic_auth(plain_user, plain_password)
+    return clean, (plain_user, plain_password)
+
+
+def protect_basic_auth(user: str, password: str) -> None:
+    """Register a basic-auth password for scrubbing in every form a message could carry it:
+    as given, percent-encoded, and inside the ``Authorization: Basic`` value (base64 of
+    ``user:password``, as httpx and the Elasticsearch client send it) a server may echo."""
+    if not password:
+        return
+    basic = b64encode(f"{user}:{password}".encode()).decode("ascii")
+    protect_logs([password, quote(password, safe=""), basic, basic.rstrip("=")])
 
 
 def scrub(text: str) -> str:
     """``text`` with URL credentials and every registered secret replaced."""
-    out = _USERINFO.sub("", text)
-    for secret in _secrets:
+    out = _AUTH_VALUE.sub(r"\1***", _USERINFO.sub("", text))
+    # Longest first: a secret that contains another must go whole, not leave a remainder.
+    for secret in sorted(_secrets, key=len, reverse=True):
         out = out.replace(secret, "***")
     return out
 

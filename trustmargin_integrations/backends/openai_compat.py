@@ -28,11 +28,13 @@ compares it with the server's own tokenize endpoint once.
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import os
-import random
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
@@ -40,6 +42,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
+import tenacity
 
 from trustmargin_integrations.backends.base import (
     ContinuationRequest,
@@ -52,12 +55,23 @@ from trustmargin_integrations.backends.base import (
 from trustmargin_integrations.backends.tokens import LocalTokenizerMixin
 from trustmargin_integrations.errors import BackendError, InvalidInputError, ModelLoadError
 from trustmargin_integrations.urls import protect_logs, redact_url, scrub, split_credentials
+from trustmargin_integrations.waits import Waits, retry_after_seconds
 
 logger = logging.getLogger(__name__)
 
 ENV_URL = "TRUSTMARGIN_REMOTE_URL"
 ENV_MODEL = "TRUSTMARGIN_REMOTE_MODEL"
 ENV_API_KEY = "TRUSTMARGIN_REMOTE_API_KEY"
+ENV_PREFIX = "TRUSTMARGIN_REMOTE"
+"""Prefix of the wait settings: ``TRUSTMARGIN_REMOTE_TIMEOUT``, ``..._CONNECT_TIMEOUT``,
+``..._READ_TIMEOUT``, ``..._RETRIES`` (see :mod:`trustmargin_integrations.waits`)."""
+
+MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+"""The largest answer read. An echo of an 8,000-token prompt is a few megabytes on vLLM and
+llama-cpp-python; more than this is not a completions server."""
+LOGPROB_TOLERANCE = 1e-3
+"""How far above 0 a token log-probability may be: servers in half precision round a
+certain token's ``log 1 = 0`` to a tiny positive number; anything larger is impossible."""
 
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 # Phrases servers use when the model cannot return prompt log-probabilities. Such a server
@@ -69,13 +83,26 @@ _T = TypeVar("_T")
 _R = TypeVar("_R")
 
 
-def _root_url(url: str) -> str:
-    """The server root: accepts ``http://host:port`` or ``http://host:port/v1``."""
+class _RetryableError(Exception):
+    """One attempt failed in a way a later attempt may not repeat (429/5xx, a timeout, a
+    dropped connection); ``retry_after`` is the pause the server asked for, if any."""
+
+    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+def _root_url(url: str) -> tuple[str, tuple[str, str] | None]:
+    """The server root (``http://host:port`` or ``http://host:port/v1`` accepted) without
+    credentials, and the ``user:password@`` credentials it held."""
     if not isinstance(url, str) or not url.strip():
         raise InvalidInputError("base_url", "is empty",
                                 f"pass the server URL, e.g. http://127.0.0.1:8000, or set "
                                 f"{ENV_URL}")
-    parts = urlsplit(url.strip())
+    # Credentials first: a password may hold a "/" that would otherwise end the host part.
+    url, credentials = split_credentials(url.strip())
+    parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InvalidInputError("base_url", f"{redact_url(url)!r} is not an http(s) URL",
                                 "pass a URL such as http://127.0.0.1:8000")
@@ -87,7 +114,7 @@ def _root_url(url: str) -> str:
     path = parts.path.rstrip("/")
     if path.endswith("/v1"):
         path = path[: -len("/v1")]
-    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+    return urlunsplit((parts.scheme, parts.netloc, path, "", "")), credentials
 
 
 def load_tokenizer(source: Any) -> Any:
@@ -128,11 +155,19 @@ class OpenAICompatBackend(LocalTokenizerMixin):
         tokenizer: the served model's tokenizer (object, named model, directory or GGUF file).
         api_key: bearer token, if the server wants one (default: ``$TRUSTMARGIN_REMOTE_API_KEY``).
             It is sent in the ``Authorization`` header only, never logged or put in errors.
+            A key wins over ``user:password@`` in ``base_url``: the URL's credentials are
+            then dropped, with a warning that shows neither secret.
         max_concurrency: requests in flight at once.
-        timeout_s: per-request timeout in seconds (a request queued behind others on a
-            one-at-a-time server such as llama-cpp-python waits for them too).
-        max_retries: retries after a 429/5xx answer, a timeout or a dropped connection.
-        backoff_s: first retry delay; doubled per retry, with jitter, capped at 30 s.
+        timeout_s: the bound on one request in seconds, every attempt and pause included
+            (default ``$TRUSTMARGIN_REMOTE_TIMEOUT``, else 120). A request queued behind
+            others on a one-at-a-time server such as llama-cpp-python waits for them too.
+        connect_timeout_s: connect timeout of one attempt (``..._CONNECT_TIMEOUT``, 10).
+        read_timeout_s: the longest silence while waiting for an answer
+            (``..._READ_TIMEOUT``, 60).
+        max_retries: retries after a 429/5xx answer, a timeout or a dropped connection
+            (``$TRUSTMARGIN_REMOTE_RETRIES``, else 2).
+        backoff_s: first retry delay; doubled per retry, with jitter, capped at 30 s. A
+            ``Retry-After`` header replaces it (cut to 0-30 s).
         model_id: the name recorded in every Decision (default: ``model``).
         renderer: a function that applies the chat template; default: the tokenizer's.
         extra_body: extra JSON fields for every request (server-specific options); they
@@ -155,9 +190,11 @@ class OpenAICompatBackend(LocalTokenizerMixin):
         *,
         api_key: str | None = None,
         max_concurrency: int = 8,
-        timeout_s: float = 300.0,
-        max_retries: int = 4,
+        timeout_s: float | None = None,
+        max_retries: int | None = None,
         backoff_s: float = 0.5,
+        connect_timeout_s: float | None = None,
+        read_timeout_s: float | None = None,
         model_id: str | None = None,
         renderer: Callable[[str], str] | None = None,
         extra_body: Mapping[str, Any] | None = None,
@@ -170,11 +207,15 @@ class OpenAICompatBackend(LocalTokenizerMixin):
         if max_concurrency < 1:
             raise InvalidInputError("max_concurrency", f"must be >= 1, got {max_concurrency}",
                                     "allow at least one request in flight")
-        if max_retries < 0:
-            raise InvalidInputError("max_retries", f"must be >= 0, got {max_retries}",
-                                    "use 0 to disable retries")
+        self.waits = Waits.resolve(ENV_PREFIX, {
+            "timeout_s": timeout_s, "connect_timeout_s": connect_timeout_s,
+            "read_timeout_s": read_timeout_s, "max_retries": max_retries})
+        if isinstance(backoff_s, bool) or not isinstance(backoff_s, (int, float)) or not (
+                math.isfinite(backoff_s) and 0 <= backoff_s <= 30):
+            raise InvalidInputError("backoff_s", f"must be from 0 to 30 seconds, got "
+                                    f"{backoff_s!r}", "pass a short first delay such as 0.5")
         # Credentials leave the URL for an auth object, so no log line or error can show them.
-        self._root, credentials = split_credentials(_root_url(base_url))
+        self._root, credentials = _root_url(base_url)
         self.url = redact_url(self._root)
         self.model = model
         self.model_id = model_id or model
@@ -184,16 +225,29 @@ class OpenAICompatBackend(LocalTokenizerMixin):
         self.context_window = context_window or (
             limit if isinstance(limit, int) and limit < 10_000_000 else None)
         self.max_concurrency = max_concurrency
-        self.max_retries = max_retries
-        self.backoff_s = backoff_s
+        self.max_retries = self.waits.max_retries
+        self.backoff_s = float(backoff_s)
+        # backoff_s * 2**retry, capped at 30 s, plus up to half of backoff_s of jitter.
+        self._backoff = (tenacity.wait_exponential(multiplier=self.backoff_s, max=30.0)
+                         + tenacity.wait_random(0, self.backoff_s / 2))
         self.extra_body = dict(extra_body or {})
         self._renderer = renderer
         self._chat = self.has_chat_template
         key = api_key if api_key is not None else os.environ.get(ENV_API_KEY)
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         protect_logs([key] if key else [])
+        if key and credentials:
+            # One Authorization header: the bearer key is what OpenAI-compatible servers
+            # check (vLLM --api-key), so it wins; saying so beats a silent 401.
+            source = "api_key" if api_key is not None else ENV_API_KEY
+            warnings.warn(f"{self.url}: both {source} and user:password@ in the URL were "
+                          f"given; the API key is sent and the URL's credentials are dropped",
+                          UserWarning, stacklevel=2)
+            credentials = None
         self._client = httpx.Client(
-            base_url=self._root, headers=headers, timeout=timeout_s, transport=transport,
+            base_url=self._root, headers=headers, transport=transport,
+            timeout=httpx.Timeout(self.waits.read_timeout_s,
+                                  connect=self.waits.connect_timeout_s),
             auth=httpx.BasicAuth(*credentials) if credentials else None,
             limits=httpx.Limits(max_connections=max_concurrency,
                                 max_keepalive_connections=max_concurrency),
@@ -232,60 +286,113 @@ class OpenAICompatBackend(LocalTokenizerMixin):
     # -- HTTP -------------------------------------------------------------------------------
 
     def _post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """POST with bounded retries; every failure becomes a BackendError without secrets."""
+        """POST with retries, all within ``timeout_s``; every failure becomes a BackendError
+        without secrets."""
         where = f"{self.url}{path}"
-        reason = ""
-        for attempt in range(self.max_retries + 1):
-            retry_after: float | None = None
-            with self._lock:
-                self.requests_sent += 1
+        began = time.monotonic()
+        deadline = began + self.waits.timeout_s
+        attempts = 0
+
+        def attempt() -> dict[str, Any]:
+            nonlocal attempts
+            attempts += 1
+            return self._attempt(path, body, where, deadline)
+
+        retrying = tenacity.Retrying(
+            # stop_before_delay: never start a pause that would end past the total bound.
+            stop=(tenacity.stop_after_attempt(self.waits.attempts)
+                  | tenacity.stop_before_delay(self.waits.timeout_s)),
+            wait=self._pause, retry=tenacity.retry_if_exception_type(_RetryableError),
+            before_sleep=lambda state: self._note_retry(where, state), reraise=True,
+        )
+        try:
+            return retrying(attempt)
+        except _RetryableError as exc:
+            raise BackendError(
+                f"{where} failed after {attempts} attempt(s): {exc.reason} "
+                f"({time.monotonic() - began:.1f} s in all). Fix: check that the server is up "
+                f"and not overloaded, or raise timeout_s / read_timeout_s / max_retries "
+                f"({ENV_PREFIX}_TIMEOUT, _READ_TIMEOUT, _RETRIES)") from None
+
+    def _pause(self, state: tenacity.RetryCallState) -> float:
+        """The server's Retry-After when it gave a usable one, else exponential backoff."""
+        failure = state.outcome.exception() if state.outcome else None
+        if isinstance(failure, _RetryableError) and failure.retry_after is not None:
+            return failure.retry_after
+        return float(self._backoff(state))
+
+    def _note_retry(self, where: str, state: tenacity.RetryCallState) -> None:
+        with self._lock:
+            self.retries += 1
+        failure = state.outcome.exception() if state.outcome else None
+        logger.info("retrying %s after %s (attempt %d of %d, waiting %.1f s)", where,
+                    getattr(failure, "reason", failure), state.attempt_number,
+                    self.waits.attempts, state.upcoming_sleep)
+
+    def _attempt(self, path: str, body: Mapping[str, Any], where: str,
+                 deadline: float) -> dict[str, Any]:
+        """One POST; a failure a later attempt may not repeat raises :class:`_RetryableError`."""
+        with self._lock:
+            self.requests_sent += 1
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise _RetryableError(f"no time left of the {self.waits.timeout_s:g} s total")
+        timeout = httpx.Timeout(min(self.waits.read_timeout_s, left),
+                                connect=min(self.waits.connect_timeout_s, left))
+        try:
+            with self._client.stream("POST", path, json=body, timeout=timeout) as response:
+                raw = self._read_body(response, where, deadline)
+        except httpx.TimeoutException:
+            raise _RetryableError("timed out") from None
+        except httpx.TransportError as exc:
+            raise _RetryableError(f"connection failed ({type(exc).__name__})") from None
+        return self._parse(response, raw, where)
+
+    def _read_body(self, response: httpx.Response, where: str, deadline: float) -> bytes:
+        """The body, read against the total deadline and a size cap (a server that trickles
+        bytes or sends gigabytes cannot hold the caller)."""
+        chunks: list[bytes] = []
+        size = 0
+        for chunk in response.iter_bytes():
+            size += len(chunk)
+            if size > MAX_RESPONSE_BYTES:
+                raise BackendError(f"{where} sent more than {MAX_RESPONSE_BYTES:,} bytes. Fix: "
+                                   "point base_url at an OpenAI-compatible completions server")
+            chunks.append(chunk)
+            if time.monotonic() > deadline:
+                raise _RetryableError(f"the answer did not complete within the "
+                                 f"{self.waits.timeout_s:g} s total")
+        return b"".join(chunks)
+
+    def _parse(self, response: httpx.Response, raw: bytes, where: str) -> dict[str, Any]:
+        """A success's JSON object, or the typed failure an error status means."""
+        status = response.status_code
+        if status < 400:
             try:
-                response = self._client.post(path, json=body)
-            except httpx.TimeoutException:
-                reason = "timed out"
-            except httpx.TransportError as exc:
-                reason = f"connection failed ({type(exc).__name__})"
-            else:
-                status = response.status_code
-                if status < 400:
-                    try:
-                        data = response.json()
-                    except ValueError:
-                        raise BackendError(f"{where} answered HTTP {status} with a body that is "
-                                           "not JSON. Fix: point base_url at an "
-                                           "OpenAI-compatible server") from None
-                    if not isinstance(data, dict):
-                        raise BackendError(f"{where} answered with JSON that is not an object")
-                    return data
-                # Servers may quote the request, credentials included: scrub before showing.
-                detail = scrub(response.text[:300].replace("\n", " "))
-                if any(hint in detail.lower() for hint in _NO_LOGPROBS_HINTS):
-                    raise BackendError(
-                        f"{where} cannot return prompt log-probabilities (HTTP {status}: "
-                        f"{detail}). Fix: llama-cpp-python needs logits_all=true; vLLM needs "
-                        "--max-logprobs >= 1 and a version with prompt logprobs"
-                    )
-                if status not in RETRY_STATUS:
-                    raise BackendError(f"{where} answered HTTP {status}: {detail}")
-                reason = f"HTTP {status}"
-                header = response.headers.get("retry-after")
-                if header is not None:
-                    try:
-                        retry_after = min(float(header), 30.0)
-                    except ValueError:
-                        retry_after = None
-            if attempt == self.max_retries:
-                break
-            delay = retry_after if retry_after is not None else min(
-                30.0, self.backoff_s * 2**attempt * (1.0 + random.random() / 2))
-            with self._lock:
-                self.retries += 1
-            logger.info("retrying %s after %s (attempt %d of %d, waiting %.1f s)", where,
-                        reason, attempt + 1, self.max_retries, delay)
-            time.sleep(delay)
-        raise BackendError(f"{where} failed after {self.max_retries + 1} attempt(s): {reason}. "
-                           "Fix: check that the server is up and not overloaded, or raise "
-                           "timeout_s / max_retries")
+                # NaN / Infinity literals are read as floats and refused where each number
+                # is used (answer_logprob), so the error can name the field.
+                data = json.loads(raw)
+            except (ValueError, RecursionError):
+                raise BackendError(f"{where} answered HTTP {status} with a body that is not "
+                                   "JSON. Fix: point base_url at an OpenAI-compatible "
+                                   "server") from None
+            if not isinstance(data, dict):
+                raise BackendError(f"{where} answered with JSON that is not an object. Fix: "
+                                   "point base_url at an OpenAI-compatible server")
+            return data
+        # Servers may quote the request, credentials included: scrub before cutting, so no
+        # part of a secret survives at the cut.
+        detail = scrub(raw[:4000].decode("utf-8", "replace").replace("\n", " "))[:300]
+        if any(hint in detail.lower() for hint in _NO_LOGPROBS_HINTS):
+            raise BackendError(
+                f"{where} cannot return prompt log-probabilities (HTTP {status}: "
+                f"{detail}). Fix: llama-cpp-python needs logits_all=true; vLLM needs "
+                "--max-logprobs >= 1 and a version with prompt logprobs"
+            )
+        if status not in RETRY_STATUS:
+            raise BackendError(f"{where} answered HTTP {status}: {detail}")
+        raise _RetryableError(f"HTTP {status}",
+                         retry_after_seconds(response.headers.get("retry-after")))
 
     def _map(self, fn: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
         """Apply ``fn`` to every item with at most ``max_concurrency`` requests in flight."""
@@ -361,7 +468,7 @@ class OpenAICompatBackend(LocalTokenizerMixin):
             )
         usage = data.get("usage")
         generated = usage.get("completion_tokens") if isinstance(usage, dict) else None
-        if not isinstance(generated, int) or generated < 0:
+        if isinstance(generated, bool) or not isinstance(generated, int) or generated < 0:
             generated = 1
         end = len(values) - generated
         start = end - n
@@ -373,6 +480,8 @@ class OpenAICompatBackend(LocalTokenizerMixin):
         if any(v is None for v in tail):
             raise BackendError(f"{self.url} returned null log-probabilities for prompt tokens. "
                                "Fix: enable prompt logprobs on the server")
+        for i, value in enumerate(tail, start):
+            self._check_logprob(value, i, answer)
         tokens = logprobs.get("tokens") if isinstance(logprobs, dict) else None
         if isinstance(tokens, list) and len(tokens) == len(values):
             seen = "".join(str(t) for t in tokens[start:end])
@@ -383,6 +492,31 @@ class OpenAICompatBackend(LocalTokenizerMixin):
                     "pass the tokenizer of the model the server runs"
                 )
         return float(sum(float(v) for v in tail))
+
+    def _check_logprob(self, value: Any, index: int, answer: str) -> None:
+        """Refuse a token log-probability that is not a real number in (-inf, 0].
+
+        A NaN would make every comparison with tau false, so it would silently become a
+        Direct decision (and be cached as one); a positive or non-numeric value is as
+        impossible. The error names the field of the answer and the request's answer.
+        """
+        problem = None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            problem = f"is a {type(value).__name__} ({str(value)[:40]!r}), not a number"
+        elif math.isnan(value):
+            problem = "is NaN"
+        elif math.isinf(value):
+            problem = f"is {value}"
+        elif value > LOGPROB_TOLERANCE:
+            problem = f"is {value!r}, above 0 (a log-probability is at most 0)"
+        if problem is not None:
+            shown = answer if len(answer) <= 60 else answer[:59] + "…"
+            raise BackendError(
+                f"{self.url}/v1/completions: choices[0].logprobs.token_logprobs[{index}] "
+                f"{problem}, in the request scoring the answer {shown!r}; no decision was "
+                "made from it. Fix: the server's numbers are broken (NaN and infinities "
+                "usually mean a half-precision overflow or a damaged model file): serve the "
+                "model in bfloat16 or float32, or fix the server, then run again")
 
     def check_tokenizer(self, probe: str = "TrustMargin checks: Goiás, 1,234 km².") -> bool:
         """True when the server's tokenize endpoint agrees with the local tokenizer on ``probe``.

@@ -7,8 +7,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from trustmargin_integrations.cli.app import console
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError, TrustMarginError
@@ -86,11 +84,9 @@ def config_from_options(**values: Any) -> TrustMarginConfig:
     """The config, with a bad option reported as the option the user typed."""
     try:
         return TrustMarginConfig(**values)
-    except ValidationError as exc:
-        problem = exc.errors()[0]
-        option = "--" + str(problem["loc"][0]).replace("_", "-")
-        raise InvalidInputError(option, problem["msg"].lower(),
-                                "pass a finite number in the documented range") from None
+    except InvalidInputError as exc:
+        option = "--" + exc.field.replace("_", "-")
+        raise InvalidInputError(option, exc.problem, exc.fix) from None
 
 
 def rule_options(tau: float | None, lambda_bind: float | None) -> dict[str, float]:

@@ -14,7 +14,15 @@ Connection settings come from arguments or the environment:
 ``TRUSTMARGIN_ES_PASSWORD`` its password
 ``TRUSTMARGIN_ES_CA_CERT``  CA certificate file for a self-signed HTTPS server
 ``TRUSTMARGIN_ES_INDEX``    index name (default ``trustmargin``)
+``TRUSTMARGIN_ES_TIMEOUT``  bound on one request, every attempt included (default 120 s)
+``TRUSTMARGIN_ES_READ_TIMEOUT`` one attempt's limit (default 60 s; lowered so that every
+                            attempt fits the total)
+``TRUSTMARGIN_ES_RETRIES``  retries after a timeout or a dropped connection (default 2)
 ========================== ===========================================================
+
+The Elasticsearch client has one limit per attempt for connecting and reading together, so
+``TRUSTMARGIN_ES_CONNECT_TIMEOUT`` has no separate effect here (see
+:mod:`trustmargin_integrations.waits`).
 
 Credentials are handed to the client and nowhere else: they are not in ``repr``, log lines,
 error messages or returned passages (every message from the client is scrubbed of them).
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import math
 import os
 import sys
 import time
@@ -36,7 +45,14 @@ from urllib.parse import urlsplit
 from trustmargin_integrations.errors import BackendError, InvalidInputError
 from trustmargin_integrations.retrieval.corpus import load_corpus
 from trustmargin_integrations.schema import Passage
-from trustmargin_integrations.urls import protect_logs, redact_url, scrub, split_credentials
+from trustmargin_integrations.urls import (
+    protect_basic_auth,
+    protect_logs,
+    redact_url,
+    scrub,
+    split_credentials,
+)
+from trustmargin_integrations.waits import Waits
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +63,9 @@ ENV_PASSWORD = "TRUSTMARGIN_ES_PASSWORD"
 ENV_CA_CERT = "TRUSTMARGIN_ES_CA_CERT"
 ENV_INDEX = "TRUSTMARGIN_ES_INDEX"
 DEFAULT_INDEX = "trustmargin"
+ENV_PREFIX = "TRUSTMARGIN_ES"
+"""Prefix of the wait settings (``TRUSTMARGIN_ES_TIMEOUT``, ``..._READ_TIMEOUT``,
+``..._RETRIES``)."""
 
 TITLE_BOOST = 2.0
 """The title weight of the paper's retrieval query (``title^2``)."""
@@ -66,6 +85,9 @@ class ElasticsearchSettings:
     """How to reach the server. Secrets are excluded from ``repr``.
 
     A ``user:password@`` part in ``url`` is moved into basic auth and removed from the URL.
+    ``request_timeout`` (one attempt), ``max_retries`` and ``timeout_s`` (one request, all
+    attempts) default to ``TRUSTMARGIN_ES_READ_TIMEOUT``, ``_RETRIES``, ``_TIMEOUT``, else
+    60 s, 2 and 120 s; after construction they hold the values in force.
     """
 
     url: str
@@ -74,14 +96,17 @@ class ElasticsearchSettings:
     password: str | None = field(default=None, repr=False)
     ca_certs: str | None = None
     verify_certs: bool = True
-    request_timeout: float = 30.0
-    max_retries: int = 3
+    request_timeout: float | None = None
+    max_retries: int | None = None
+    timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.url, str) or not self.url.strip():
             raise InvalidInputError("url", "is empty",
                                     f"pass the Elasticsearch URL or set {ENV_URL}")
-        parts = urlsplit(self.url.strip())
+        # Credentials first: a password may hold a "/" that would otherwise end the host.
+        clean, credentials = split_credentials(self.url.strip())
+        parts = urlsplit(clean)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise InvalidInputError("url", f"{self.safe_url!r} is not an http(s) URL",
                                     "pass a URL such as http://localhost:9200")
@@ -91,16 +116,21 @@ class ElasticsearchSettings:
             raise InvalidInputError("url", f"{self.safe_url!r} has a port that is not a "
                                     "number", "pass a URL such as http://localhost:9200"
                                     ) from None
-        if parts.username is not None:
+        if credentials is not None:
             if self.username or self.api_key:
                 raise InvalidInputError("url", "holds credentials and other credentials were "
                                         "given too", "give credentials one way only")
-            clean, credentials = split_credentials(self.url.strip())
-            assert credentials is not None
             object.__setattr__(self, "username", credentials[0])
             object.__setattr__(self, "password", credentials[1])
             object.__setattr__(self, "url", redact_url(clean))
         protect_logs(self.secrets)
+        protect_basic_auth(self.username or "", self.password or "")
+        waits = Waits.resolve(ENV_PREFIX, {"read_timeout_s": self.request_timeout,
+                                           "max_retries": self.max_retries,
+                                           "timeout_s": self.timeout_s})
+        object.__setattr__(self, "request_timeout", waits.read_timeout_s)
+        object.__setattr__(self, "max_retries", waits.max_retries)
+        object.__setattr__(self, "timeout_s", waits.timeout_s)
         if self.api_key and self.username:
             raise InvalidInputError("api_key", "and basic auth were both given",
                                     "use either an API key or a user name and password")
@@ -136,7 +166,8 @@ class ElasticsearchSettings:
             # Credentials passed as arguments replace the environment's, never mix with them.
             for key in ("api_key", "username", "password"):
                 env.pop(key)
-        merged = {k: v for k, v in {**env, **given}.items() if v}
+        # Not a truthiness test: verify_certs=False and max_retries=0 are settings too.
+        merged = {k: v for k, v in {**env, **given}.items() if v is not None and v != ""}
         if "url" not in merged:
             raise InvalidInputError("url", "is not set",
                                     f"pass the Elasticsearch URL or set {ENV_URL}")
@@ -144,9 +175,13 @@ class ElasticsearchSettings:
 
     def client_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``elasticsearch.Elasticsearch``."""
+        assert self.request_timeout is not None and self.timeout_s is not None
+        attempts = (self.max_retries or 0) + 1
         kwargs: dict[str, Any] = {
             "hosts": [self.url],
-            "request_timeout": self.request_timeout,
+            # The client retries at once, without pauses, so attempts x per-attempt limit
+            # is the whole wait: lowering the limit keeps a dead server within timeout_s.
+            "request_timeout": min(self.request_timeout, self.timeout_s / attempts),
             "max_retries": self.max_retries,
             "retry_on_timeout": True,
         }
@@ -247,6 +282,11 @@ def hit_to_passage(hit: Mapping[str, Any]) -> Passage:
                                           "index was not built by TrustMargin")
     metadata = source.get("metadata") or {}
     score = hit.get("_score")
+    if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))
+                              or not math.isfinite(score)):
+        raise ElasticsearchRetrievalError(
+            f"hit {hit.get('_id')!r} has _score {str(score)[:40]!r}, not a finite number. Fix: "
+            "check the index's similarity settings (a script score may divide by zero)")
     return Passage(id=str(source.get("id", hit.get("_id"))), text=text,
                    title=str(source.get("title") or ""),
                    score=None if score is None else float(score),
@@ -358,13 +398,17 @@ class ElasticsearchRetriever:
         password: str | None = None,
         ca_certs: str | None = None,
         verify_certs: bool = True,
-        request_timeout: float = 30.0,
+        request_timeout: float | None = None,
         title_boost: float = TITLE_BOOST,
+        max_retries: int | None = None,
+        timeout_s: float | None = None,
     ) -> ElasticsearchRetriever:
-        """Connect with arguments, falling back to ``TRUSTMARGIN_ES_*`` variables."""
+        """Connect with arguments, falling back to ``TRUSTMARGIN_ES_*`` variables (waits:
+        see :class:`ElasticsearchSettings`)."""
         settings = ElasticsearchSettings.from_env(
             url=url, api_key=api_key, username=username, password=password, ca_certs=ca_certs,
             verify_certs=verify_certs, request_timeout=request_timeout,
+            max_retries=max_retries, timeout_s=timeout_s,
         )
         name = index or os.environ.get(ENV_INDEX) or DEFAULT_INDEX
         return cls(connect(settings), name, title_boost=title_boost, settings=settings)
@@ -378,9 +422,9 @@ class ElasticsearchRetriever:
     def _fail(self, action: str, exc: BaseException) -> ElasticsearchRetrievalError:
         status = getattr(exc, "status_code", None) or getattr(getattr(exc, "meta", None),
                                                               "status", None)
-        detail = str(getattr(exc, "message", "") or exc)[:300]
-        if self.settings is not None:
-            detail = self.settings.scrub(detail)
+        # Scrub before cutting, so no part of a secret survives at the cut.
+        detail = str(getattr(exc, "message", "") or exc)[:4000]
+        detail = (self.settings.scrub(detail) if self.settings else scrub(detail))[:300]
         where = self.settings.safe_url if self.settings else "Elasticsearch"
         hint = {401: "check the API key or user name and password",
                 403: "give the credentials the index privileges they need",
@@ -442,8 +486,9 @@ class ElasticsearchRetriever:
                 else:
                     failed += 1
                     if len(errors) < 10:
-                        text = str(item)[:300]
-                        errors.append(self.settings.scrub(text) if self.settings else text)
+                        text = str(item)[:4000]
+                        errors.append((self.settings.scrub(text) if self.settings
+                                       else scrub(text))[:300])
                 bar.update(1)
             if refresh:
                 self.client.indices.refresh(index=self.index)
@@ -511,9 +556,8 @@ class ElasticsearchRetriever:
         out = []
         for i, item in enumerate(response["responses"]):
             if "error" in item:
-                reason = str(item["error"])[:300]
-                if self.settings is not None:
-                    reason = self.settings.scrub(reason)
+                reason = str(item["error"])[:4000]
+                reason = (self.settings.scrub(reason) if self.settings else scrub(reason))[:300]
                 raise ElasticsearchRetrievalError(f"query {i} failed on the server: {reason}")
             out.append([hit_to_passage(h) for h in item["hits"]["hits"]])
         return out

@@ -1,0 +1,181 @@
+"""A fault-injecting OpenAI-compatible HTTP server on 127.0.0.1, for tests.
+
+Not part of the library. A real server (vLLM, llama.cpp) cannot be made to answer NaN, hang
+or echo the Authorization header on demand; this one can, and the client under test still
+runs for real: httpx, its sockets, timeouts and logging. It answers what ``respond`` returns
+for each request and records every request in ``seen``.
+
+Bounded: it binds 127.0.0.1 only (an ephemeral port), a hanging answer waits at most
+``HANG_LIMIT_S`` or until :meth:`FaultServer.stop`, and the context manager always stops it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+HANG_LIMIT_S = 60.0
+"""The longest a hanging answer holds its connection (the client must give up first)."""
+
+
+@dataclass
+class Seen:
+    """One request as the server received it."""
+
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+@dataclass
+class Answer:
+    """What to send back: a status, headers and a body (a dict is written as JSON with NaN
+    and Infinity literals, as Python-based servers do); ``hang`` never answers; ``trickle_s``
+    sends the body one byte at a time with that pause between bytes."""
+
+    status: int = 200
+    body: bytes | str | dict[str, Any] | list[Any] = b""
+    headers: dict[str, str] = field(default_factory=dict)
+    hang: bool = False
+    trickle_s: float = 0.0
+
+    def payload(self) -> bytes:
+        if isinstance(self.body, (dict, list)):
+            return json.dumps(self.body, allow_nan=True).encode()
+        return self.body.encode() if isinstance(self.body, str) else self.body
+
+
+def echo_answer(tokenizer: Any, prompt: str, logprob: Any = -0.5,
+                last: Any = None) -> Answer:
+    """A llama-cpp-python style echo of ``prompt``: its tokens (no BOS) and one generated
+    ``.``, every prompt token at ``logprob`` and the last one (inside the answer) at ``last``
+    when given, whatever it is (NaN, a string, a bool)."""
+    ids = tokenizer(prompt, add_special_tokens=False).input_ids
+    tokens = [tokenizer.decode([i]) for i in ids] + ["."]
+    values: list[Any] = [None] + [logprob] * (len(ids) - 1) + [-1.0]
+    if last is not None:
+        values[len(ids) - 1] = last
+    return Answer(body={"choices": [{"text": "".join(tokens), "index": 0,
+                                     "logprobs": {"tokens": tokens,
+                                                  "token_logprobs": values}}],
+                        "usage": {"prompt_tokens": len(ids), "completion_tokens": 1}})
+
+
+class FaultServer:
+    """A local HTTP server answering each POST with ``respond(seen)``.
+
+    Args:
+        respond: the answer to one request (it may count calls to change its answers).
+
+    Example:
+        >>> with FaultServer(lambda seen: Answer(500)) as server:  # doctest: +SKIP
+        ...     OpenAICompatBackend(server.url, "m", tokenizer)
+    """
+
+    def __init__(self, respond: Callable[[Seen], Answer]) -> None:
+        self.respond = respond
+        self.seen: list[Seen] = []
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        name="fault-server", daemon=True)
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT``."""
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length)
+                try:
+                    body: Any = json.loads(raw)
+                except ValueError:
+                    body = raw
+                seen = Seen(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+                with outer._lock:
+                    outer.seen.append(seen)
+                outer._send(self, outer.respond(seen))
+
+            do_GET = do_POST  # noqa: N815
+
+            def log_message(self, *args: Any) -> None:
+                return  # quiet: the test output is the client's
+
+        return Handler
+
+    def _send(self, handler: BaseHTTPRequestHandler, answer: Answer) -> None:
+        if answer.hang:
+            self._stopping.wait(HANG_LIMIT_S)
+            return
+        payload = answer.payload()
+        handler.send_response(answer.status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(payload)))
+        for name, value in answer.headers.items():
+            handler.send_header(name, value)
+        handler.end_headers()
+        if not answer.trickle_s:
+            handler.wfile.write(payload)
+            return
+        for byte in payload:
+            if self._stopping.wait(answer.trickle_s):
+                return
+            try:
+                handler.wfile.write(bytes([byte]))
+                handler.wfile.flush()
+            except OSError:
+                return  # the client gave up
+
+    def start(self) -> FaultServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Release hanging answers, stop serving and close the socket."""
+        self._stopping.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
+
+    def __enter__(self) -> FaultServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def scripted(answers: Sequence[Answer], then: Answer | None = None
+             ) -> Callable[[Seen], Answer]:
+    """A ``respond`` giving ``answers`` in order, then ``then`` (default: the last one)."""
+    queue = list(answers)
+    lock = threading.Lock()
+    final = then or queue[-1]
+
+    def respond(seen: Seen) -> Answer:
+        with lock:
+            return queue.pop(0) if queue else final
+
+    return respond
+
+
+def elapsed(action: Callable[[], Any]) -> tuple[float, BaseException | None]:
+    """Seconds ``action`` took and the exception it raised (None when it returned)."""
+    began = time.monotonic()
+    try:
+        action()
+    except Exception as exc:
+        return time.monotonic() - began, exc
+    return time.monotonic() - began, None
+
