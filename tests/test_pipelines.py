@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from trustmargin_integrations import BM25Index, InvalidInputError, Passage
+from trustmargin_integrations.answers import answer_complete
 from trustmargin_integrations.backends.base import (
     ContinuationRequest,
     ContinuationScore,
@@ -269,7 +270,8 @@ def test_clehe_with_beta_zero_and_one_document_is_plain_greedy(backend: HFBacken
     result = CLeHePipeline(backend, index, k=1, beta=0.0, max_new_tokens=12).run(OPEN_Q)
     [passage] = result.passages
     assert passage.id == index.search(OPEN_Q, 1)[0].id
-    greedy = backend.generate([rag_prompt(backend, OPEN_Q, [passage])], 12)[0]
+    greedy = backend.generate([rag_prompt(backend, OPEN_Q, [passage])], 12,
+                              stop=answer_complete)[0]
     assert result.answer == greedy and greedy.strip()
     records = result.steps_of("decode")[0].extra["trace"]
     assert all(r["weights"] == [1.0] for r in records)
@@ -289,7 +291,7 @@ def test_rrf_merge_orders_by_fused_rank_and_dedupes() -> None:
 def test_dtr_skips_retrieval_when_the_direct_answer_is_confident(backend: HFBackend,
                                                                  index: BM25Index) -> None:
     prompt = backend.render_prompt(view_texts(CONFIDENT_Q, "").question_only)
-    direct = backend.generate([prompt], 8)[0]
+    direct = backend.generate([prompt], 8, stop=answer_complete)[0]
     nll = -backend.score_continuations([ContinuationRequest(prompt, direct.strip())])[0].mean
     result = DTRPipeline(ProtocolOnlyBackend(backend), index, k=3, threshold=nll + 0.01,
                          max_new_tokens=8).run(CONFIDENT_Q)
@@ -323,7 +325,8 @@ def test_dtr_retrieves_with_both_queries_and_merges_by_rrf(backend: HFBackend,
     assert [p.score for p in result.passages] == pytest.approx([fused[i] for i in expected[:k]])
     final = result.steps[-1]
     assert final.extra["role"] == "rag" and result.answer == final.text
-    greedy = backend.generate([rag_prompt(backend, OPEN_Q, result.passages)], 8)[0]
+    greedy = backend.generate([rag_prompt(backend, OPEN_Q, result.passages)], 8,
+                              stop=answer_complete)[0]
     assert result.answer == greedy
     assert_serializable(result)
 
