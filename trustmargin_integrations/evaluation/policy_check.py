@@ -232,8 +232,8 @@ def verdict_line(selection: Selection, criterion: Criterion, n: int, objective: 
         source = "RAG" if single.kind == "always_rag" else "Direct"
         why = ("a significant loss" if d.high < 0 else
                "not a significant gain" if d.low <= 0 else "below the criterion")
-        line = (f"Use {source}: on your {n} questions the best TrustMargin policy "
-                f"({rule.label}) scores {evidence}, {why}.")
+        line = (f"Use {source}: on your {n} questions {rule.label}, the best margin rule, "
+                f"scores {evidence}: {why}.")
     if small_sample:
         line += (f" Small sample: fewer than {ENOUGH_QUESTIONS} labeled questions per dataset "
                  "make this choice unreliable; label more.")
