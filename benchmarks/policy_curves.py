@@ -2,7 +2,11 @@
 replace them: learning curves, half/half checks and label-free signals of eval runs.
 
     PYTHONPATH=$PWD python benchmarks/policy_curves.py /work/runs/smollm2 [RUN_DIR ...]
-        [--seeds 200] [--sizes 25 50 100 200] [--json OUT.json]
+        [--seeds 200] [--sizes 25 50 100 200] [--json OUT.json] [--data-dir RAW]
+
+A run still in progress has no manifest yet: with ``--data-dir`` (the folder of the named
+datasets) its cached decisions are read straight from ``cache.jsonl`` (read only) and scored
+against the datasets' gold answers, so partial runs can be measured too.
 
 Per run directory (``trustmargin eval --run-dir``; read only) and dataset it prints:
 
@@ -27,7 +31,8 @@ import numpy as np
 
 from trustmargin_integrations.evaluation.bootstrap import grouped_bootstrap
 from trustmargin_integrations.evaluation.calibration import split_holdout
-from trustmargin_integrations.evaluation.diagnostics import score_records
+from trustmargin_integrations.evaluation.datasets import load_named
+from trustmargin_integrations.evaluation.diagnostics import Scored, score_decision, score_records
 from trustmargin_integrations.evaluation.learning_curve import (
     DEFAULT_SEEDS,
     SIZES,
@@ -39,6 +44,27 @@ from trustmargin_integrations.evaluation.policy import PolicyTable
 from trustmargin_integrations.evaluation.policy_check import check_policy
 from trustmargin_integrations.evaluation.rundir import load_run
 from trustmargin_integrations.margins import Policy
+from trustmargin_integrations.schema import Decision
+
+
+def read_run(run_dir: Path, data_dir: Path | None) -> dict[str, list[Scored]]:
+    """Scored questions per dataset: from the manifest, or (a run in progress, ``data_dir``
+    given) from the cache's decisions, whose ids are ``dataset:test_id``."""
+    if (run_dir / "manifest.json").is_file() or data_dir is None:
+        return {r.name: score_records(r.records) for r in load_run(run_dir)}
+    decisions: dict[str, Decision] = {}
+    with (run_dir / "cache.jsonl").open(encoding="utf-8") as lines:
+        for line in lines:
+            value = json.loads(line).get("value") or {}
+            if "decision" in value:
+                decision = Decision.model_validate(value["decision"])
+                decisions[str(decision.id)] = decision
+    out: dict[str, list[Scored]] = {}
+    for name in dict.fromkeys(ident.split(":", 1)[0] for ident in decisions):
+        gold = {e.id: e.answers for e in load_named(name, data_dir)}
+        out[name] = [score_decision(d, gold[ident.split(":", 1)[1]])
+                     for ident, d in decisions.items() if ident.startswith(name + ":")]
+    return out
 
 
 def sources(table: PolicyTable, members: list[int]) -> dict[str, str]:
@@ -93,24 +119,25 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS)
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--data-dir", type=Path, default=None)
     args = parser.parse_args(argv)
     report: dict[str, object] = {}
     for run_dir in args.run_dirs:
-        runs = load_run(run_dir)
-        table = PolicyTable({r.name: score_records(r.records) for r in runs})
-        model = runs[0].records[0].decision.model_id if runs and runs[0].records else "?"
+        by_dataset = read_run(run_dir, args.data_dir)
+        table = PolicyTable(by_dataset)
+        model = table.problem.scored[0].decision.model_id
         print(f"\n## {run_dir} (model {model})\n")
         entry: dict[str, object] = {"model": model, "datasets": {}}
         started = time.perf_counter()
         samples = []
-        for r in runs:
-            members = [q for q, n in enumerate(table.dataset_names) if n == r.name]
+        for name in by_dataset:
+            members = [q for q, n in enumerate(table.dataset_names) if n == name]
             stats = {"n": len(members), "sources": sources(table, members),
                      "half": half_check(table, members, seed=0),
                      "label_free": label_free(table, members)}
-            entry["datasets"][r.name] = stats  # type: ignore[index]
-            print(f"{r.name} (n = {len(members)}): " + json.dumps(stats, indent=1))
-            samples += curve_samples(table, r.name, args.sizes, args.seeds)
+            entry["datasets"][name] = stats  # type: ignore[index]
+            print(f"{name} (n = {len(members)}): " + json.dumps(stats, indent=1))
+            samples += curve_samples(table, name, args.sizes, args.seeds)
         rows = curve_rows(samples)
         elapsed = time.perf_counter() - started
         print(f"\nlearning curves ({args.seeds} seeds, {elapsed:.0f} s):\n")

@@ -53,7 +53,8 @@ def _decision(m_prior: float, m_bind: float, *, reason: str | None = None) -> De
 
 def _questions(n: int, seed: int, gold: str, settled_every: int = 0) -> list[Scored]:
     """``n`` scored questions with random margins; ``gold`` is "rag" (RAG's answer is always
-    right) or "rule" (right exactly when M_prior + 1.2 M_bind > -0.7)."""
+    right), "direct" (Direct's is) or "rule" (RAG's exactly when M_prior + 1.2 M_bind > -0.7).
+    """
     rng = np.random.default_rng(seed)
     out = []
     for i in range(n):
@@ -62,7 +63,8 @@ def _questions(n: int, seed: int, gold: str, settled_every: int = 0) -> list[Sco
             reason = ("no_evidence", "answers_agree")[i // settled_every % 2]
             out.append(score_decision(_decision(p, b, reason=reason), ["Lyon"]))
             continue
-        right = "Lyon" if gold == "rag" or p + 1.2 * b > -0.7 else "Paris"
+        rule = "Lyon" if p + 1.2 * b > -0.7 else "Paris"
+        right = {"rag": "Lyon", "direct": "Paris"}.get(gold, rule)
         out.append(score_decision(_decision(p, b), [right]))
     return out
 
@@ -176,9 +178,21 @@ def test_check_says_use_rag_where_rag_always_wins() -> None:
     assert result.chosen == Policy.always_rag() and not result.keeps_trustmargin
     assert result.verdict.startswith("Use RAG: on your 120 questions")
     assert result.candidates["always_rag"].f1.mean == 100.0
-    assert result.rule_vs_single.versus == "always_rag" and result.rule_vs_single.high <= 0
+    assert result.rule_vs_fallback.versus == "always_rag" and result.rule_vs_fallback.high <= 0
     assert all(f.chosen == Policy.always_rag() for f in result.nested.folds)
-    assert result.nested.versus_best_single.mean == 0.0
+    assert result.nested.versus_fallback.mean == 0.0
+
+
+def test_check_says_use_direct_only_where_direct_wins_significantly() -> None:
+    table = PolicyTable({"closed_book": _questions(100, seed=11, gold="direct")})
+    result = check_policy(table, resamples=1000, selection_resamples=500)
+    assert result.chosen == result.fallback == Policy.always_direct()
+    assert result.verdict.startswith("Use Direct: on your 100 questions")
+    # Where Direct and RAG are each right half the time, plain RAG stays the fallback.
+    mixed = _questions(50, seed=12, gold="direct") + _questions(50, seed=13, gold="rag")
+    even = check_policy(PolicyTable({"even": mixed}), resamples=1000, selection_resamples=500)
+    assert even.fallback == Policy.always_rag()
+    assert even.candidates["always_direct"].f1.mean == even.candidates["always_rag"].f1.mean
 
 
 def test_check_keeps_trustmargin_where_the_rule_wins() -> None:
@@ -187,9 +201,9 @@ def test_check_keeps_trustmargin_where_the_rule_wins() -> None:
     result = check_policy(table, resamples=1000, selection_resamples=500)
     assert result.keeps_trustmargin and result.chosen.kind == "fitted"
     assert result.chosen.lambda_bind == pytest.approx(1.2, abs=0.31)
-    assert result.rule_vs_single.low > 0
+    assert result.rule_vs_fallback.low > 0
     assert result.verdict.startswith("Keep TrustMargin (fitted")
-    assert result.nested.versus_best_single.low > 0 and not result.small_sample
+    assert result.nested.versus_fallback.low > 0 and not result.small_sample
     assert result.sizes == {"a": 150, "b": 110} and result.n == 260
     again = PolicyCheckResult.model_validate_json(result.model_dump_json())
     assert again == result

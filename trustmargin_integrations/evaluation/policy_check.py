@@ -95,7 +95,7 @@ class NestedEstimate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     score: Estimate
-    versus_best_single: PairedDifference
+    versus_fallback: PairedDifference
     versus_paper: PairedDifference
     folds: list[OuterFold]
 
@@ -116,10 +116,11 @@ class PolicyCheckResult(BaseModel):
     chosen: Policy
     keeps_trustmargin: bool = Field(description="True when a margin rule was chosen.")
     best_rule: Policy
-    best_single: Policy
+    fallback: Policy = Field(description="The single source kept when no rule is: always-RAG "
+                                         "unless always-Direct is significantly better.")
     candidates: dict[str, CandidateScore]
-    rule_vs_single: PairedDifference = Field(
-        description="Cross-validated best rule - best single source: the decision's evidence.")
+    rule_vs_fallback: PairedDifference = Field(
+        description="Cross-validated best rule - fallback: the decision's evidence.")
     nested: NestedEstimate
     enough_questions: int
     small_sample: bool
@@ -169,8 +170,8 @@ def check_policy(table: PolicyTable, index: Sequence[int] | None = None, *,
         folds=folds, seed=seed, resamples=resamples, n=len(pool), sizes=sizes, chosen=chosen,
         keeps_trustmargin=chosen.uses_margins,
         best_rule=final.policies[final.best_rule],
-        best_single=final.policies[final.best_single], candidates=candidates,
-        rule_vs_single=PairedDifference.of_difference(final.difference), nested=nested,
+        fallback=final.policies[final.fallback], candidates=candidates,
+        rule_vs_fallback=PairedDifference.of_difference(final.difference), nested=nested,
         enough_questions=ENOUGH_QUESTIONS, small_sample=small,
         verdict=verdict_line(final, criterion, len(pool), table.objective, small))
 
@@ -202,17 +203,17 @@ def _nested_estimate(table: PolicyTable, pool: Sequence[int], final: Selection, 
         check[test] = table.chooses_rag(chosen, [pool[i] for i in test])
         outer.append(OuterFold(n_train=len(train), n_test=len(test), chosen=chosen))
     methods = {"check": check, "paper": table.chooses_rag(Policy.paper(), pool),
-               final.best_single: table.chooses_rag(final.policies[final.best_single], pool)}
+               final.fallback: table.chooses_rag(final.policies[final.fallback], pool)}
     groups: dict[str, dict[str, list[float]]] = {}
     for method, rag in methods.items():
         for name, per in table.by_dataset(table.values(rag, pool), pool).items():
             groups.setdefault(name, {})[method] = per
-    boot = grouped_bootstrap(groups, [("check", final.best_single), ("check", "paper")],
+    boot = grouped_bootstrap(groups, [("check", final.fallback), ("check", "paper")],
                              resamples=resamples, seed=seed)
     return NestedEstimate(
         score=Estimate.of(boot.methods["check"]),
-        versus_best_single=PairedDifference.of_difference(
-            boot.differences[f"check - {final.best_single}"]),
+        versus_fallback=PairedDifference.of_difference(
+            boot.differences[f"check - {final.fallback}"]),
         versus_paper=PairedDifference.of_difference(boot.differences["check - paper"]),
         folds=outer)
 
@@ -221,7 +222,7 @@ def verdict_line(selection: Selection, criterion: Criterion, n: int, objective: 
                  small_sample: bool) -> str:
     """One line a person can act on: what to run, and the numbers behind it."""
     rule = selection.policies[selection.best_rule]
-    single = selection.policies[selection.best_single]
+    single = selection.policies[selection.fallback]
     d = selection.difference
     metric = objective.upper()
     evidence = (f"{d.mean:+.1f} {metric} [{d.low:+.1f}, {d.high:+.1f}] vs {single.label} "
