@@ -10,8 +10,8 @@ Over many seeds each row reports, on the rest (x100):
   six policies as fitted on the sample (what the selection could have picked), so the regret
   is the cost of the choice alone, never negative;
 * ``worse_than_single``: the share of seeds whose choice scores below the better single
-  source on the rest (the failure the check exists to prevent), and ``versus_single`` the
-  mean of chosen minus that better source;
+  source on the rest, and ``versus_single`` the mean of chosen minus that better source;
+  ``worse_than_rag`` the share below plain RAG (the failure the check exists to prevent);
 * the paper's rule, always-RAG, always-Direct and the hindsight best, for reference.
 
 Everything is array replay of cached decisions, so hundreds of seeds take seconds.
@@ -81,6 +81,7 @@ class CurveRow:
     regret_p90: float
     worse_than_single: float
     versus_single: float
+    worse_than_rag: float
     kept_rule: float
     paper: float
     rag: float
@@ -127,6 +128,8 @@ def curve_rows(samples: Sequence[CurveSample]) -> list[CurveRow]:
                 regret_sd=float(regret.std()), regret_p90=float(np.percentile(regret, 90)),
                 worse_than_single=float(np.mean(versus < -100 * _EPS)),
                 versus_single=float(versus.mean()),
+                worse_than_rag=float(np.mean(
+                    chosen < np.array([s.rest_scores["always_rag"] for s in group]) - 100 * _EPS)),
                 kept_rule=float(np.mean([s.chosen[criterion] not in ("always_rag",
                                                                       "always_direct")
                                          for s in group])),
@@ -143,13 +146,14 @@ def _mean(samples: Sequence[CurveSample], kind: PolicyKind) -> float:
 def format_rows(rows: Sequence[CurveRow], metric: str = "F1") -> list[str]:
     """A markdown table of the rows."""
     lines = [f"| dataset | labeled | rest | criterion | chosen {metric} | regret (sd, p90) | "
-             "worse than best single | chosen - best single | rule kept | paper | RAG | "
-             "Direct | hindsight |", "|" + "---|" * 13]
+             "worse than best single | chosen - best single | worse than RAG | rule kept | "
+             "paper | RAG | Direct | hindsight |", "|" + "---|" * 14]
     for r in rows:
         lines.append(
             f"| {r.dataset} | {r.size} | {r.n_rest} | {r.criterion} | {r.chosen:.2f} | "
             f"{r.regret:.2f} ({r.regret_sd:.2f}, {r.regret_p90:.2f}) | "
             f"{100 * r.worse_than_single:.0f}% | {r.versus_single:+.2f} | "
+            f"{100 * r.worse_than_rag:.0f}% | "
             f"{100 * r.kept_rule:.0f}% | {r.paper:.2f} | {r.rag:.2f} | {r.direct:.2f} | "
             f"{r.hindsight:.2f} |")
     return lines
