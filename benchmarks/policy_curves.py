@@ -26,6 +26,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -112,6 +113,25 @@ def label_free(table: PolicyTable, members: list[int]) -> dict[str, float]:
     }
 
 
+def dataset_lines(datasets: dict[str, dict[str, Any]]) -> list[str]:
+    """Markdown tables: sources and the half/half check; label-free statistics."""
+    lines = ["| dataset | n | Direct F1 | RAG F1 | paper F1 | paper - RAG | chosen on a half "
+             "| chosen - best single, other half |", "|" + "---|" * 8]
+    for name, d in datasets.items():
+        src, half = d["sources"], d["half"]
+        lines.append(f"| {name} | {d['n']} | {src['direct']} | {src['rag']} | {src['paper']} "
+                     f"| {src['paper - rag']} | {half['chosen']} | {half['other_half']} |")
+    lines += ["", "verdicts on the labeled halves:"]
+    lines += [f"- {name}: {d['half']['verdict']}" for name, d in datasets.items()]
+    keys = list(next(iter(datasets.values()))["label_free"])
+    lines += ["", "| dataset | paper - RAG | " + " | ".join(keys) + " |",
+              "|" + "---|" * (len(keys) + 2)]
+    for name, d in datasets.items():
+        stats = " | ".join(f"{d['label_free'][k]:.2f}" for k in keys)
+        lines.append(f"| {name} | {d['sources']['paper - rag']} | {stats} |")
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Print the tables (and write them as JSON with --json)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -136,8 +156,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                      "half": half_check(table, members, seed=0),
                      "label_free": label_free(table, members)}
             entry["datasets"][name] = stats  # type: ignore[index]
-            print(f"{name} (n = {len(members)}): " + json.dumps(stats, indent=1))
             samples += curve_samples(table, name, args.sizes, args.seeds)
+        print("\n".join(dataset_lines(entry["datasets"])))  # type: ignore[arg-type]
         rows = curve_rows(samples)
         elapsed = time.perf_counter() - started
         print(f"\nlearning curves ({args.seeds} seeds, {elapsed:.0f} s):\n")
