@@ -47,6 +47,9 @@ from trustmargin_integrations.evaluation.rundir import load_run
 from trustmargin_integrations.margins import Policy
 from trustmargin_integrations.schema import Decision
 
+MIN_QUESTIONS = 50
+"""Datasets with fewer questions (a run in progress) are skipped: half of them is too few."""
+
 
 def read_run(run_dir: Path, data_dir: Path | None) -> dict[str, list[Scored]]:
     """Scored questions per dataset: from the manifest, or (a run in progress, ``data_dir``
@@ -152,11 +155,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         samples = []
         for name in by_dataset:
             members = [q for q, n in enumerate(table.dataset_names) if n == name]
+            if len(members) < MIN_QUESTIONS:
+                print(f"{name}: {len(members)} questions so far, too few to measure (skipped)")
+                continue
             stats = {"n": len(members), "sources": sources(table, members),
                      "half": half_check(table, members, seed=0),
                      "label_free": label_free(table, members)}
             entry["datasets"][name] = stats  # type: ignore[index]
             samples += curve_samples(table, name, args.sizes, args.seeds)
+        if not entry["datasets"]:
+            continue
         print("\n".join(dataset_lines(entry["datasets"])))  # type: ignore[arg-type]
         rows = curve_rows(samples)
         elapsed = time.perf_counter() - started
