@@ -202,13 +202,49 @@ def test_given_candidates_are_cleaned_by_the_one_policy_and_reported(tm: TrustMa
     assert (raw.direct_answer, raw.rag_answer) == ("Gustave Eiffel", "Marta Okonkwo")
     assert raw.m == pytest.approx(clean.m, abs=1e-9)
     assert raw.direct_raw == "Gustave Eiffel\nand more text" and clean.direct_raw is None
-    assert sum("cleaned to its short-answer form" in w for w in raw.warnings) == 2
+    assert sum("scored on its short form" in w for w in raw.warnings) == 2
     assert not clean.warnings
     as_given = TrustMargin(tm.backend, TrustMarginConfig(clean_answers=False)).arbitrate(
         "Who designed the Zelvora Bridge?", PASSAGES,
         direct_answer="Gustave Eiffel\nand more text", rag_answer="Answer: Marta Okonkwo.")
     assert as_given.direct_answer == "Gustave Eiffel\nand more text"
     assert as_given.m != pytest.approx(clean.m, abs=1e-3)
+
+
+CHAT_DIRECT = ("Sure! Here is what I know:\n\nThe Zelvora Bridge was designed by Gustave "
+               "Eiffel.\n\nSome further details:\n- It opened in 1889.")
+CHAT_RAG = ("Sure! Here is what I know:\n\nThe Zelvora Bridge was designed by Marta "
+            "Okonkwo in 1987.\n\nSome further details:\n- It spans 400 m.\n- It was "
+            "restored in 2001.")
+
+
+def test_chat_answers_are_scored_on_their_answering_sentence_and_returned_whole(
+        tm: TrustMargin) -> None:
+    """Issue 18: a shared preamble neither decides nor comes back; the chosen side's text comes
+    back whole, and it is scored exactly as its short form is."""
+    d = tm.arbitrate("Who designed the Zelvora Bridge?", PASSAGES, direct_answer=CHAT_DIRECT,
+                     rag_answer=CHAT_RAG)
+    assert d.reason not in ("answers_agree",) and d.m is not None
+    assert d.direct_answer == "The Zelvora Bridge was designed by Gustave Eiffel"
+    assert d.rag_answer == "The Zelvora Bridge was designed by Marta Okonkwo in 1987"
+    assert d.answer == (CHAT_RAG if d.source == "rag" else CHAT_DIRECT)
+    assert (d.direct_raw, d.rag_raw) == (CHAT_DIRECT, CHAT_RAG)
+    short = tm.arbitrate("Who designed the Zelvora Bridge?", PASSAGES,
+                         direct_answer=d.direct_answer, rag_answer=d.rag_answer)
+    assert short.m == pytest.approx(d.m, abs=1e-9) and short.source == d.source
+    assert "Sure!" not in d.direct_answer + d.rag_answer
+    scored = TrustMargin(tm.backend, TrustMarginConfig(return_text="scored")).arbitrate(
+        "Who designed the Zelvora Bridge?", PASSAGES, direct_answer=CHAT_DIRECT,
+        rag_answer=CHAT_RAG)
+    assert scored.answer == (d.rag_answer if d.source == "rag" else d.direct_answer)
+
+
+def test_markdown_labels_never_decide(tm: TrustMargin) -> None:
+    d = tm.arbitrate("Who designed the Zelvora Bridge?", PASSAGES,
+                     direct_answer="**Answer:** Marta Okonkwo",
+                     rag_answer="### Answer\nMarta Okonkwo.")
+    assert d.reason == "answers_agree" and d.answer == "### Answer\nMarta Okonkwo."
+    assert d.direct_answer == d.rag_answer == "Marta Okonkwo"
 
 
 def test_answer_runs_the_whole_pipeline_over_a_retriever(tm: TrustMargin) -> None:

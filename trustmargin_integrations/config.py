@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -75,9 +75,16 @@ class TrustMarginConfig(BaseModel):
     )
     max_new_tokens: int = Field(20, ge=1, le=512, description="Greedy generation length.")
     clean_answers: bool = Field(
-        True, description="Cut every candidate, generated or given, to its short-answer form "
-                          "(first line, no 'Answer:' label, quotes or final period); a given "
-                          "candidate that changes is reported in the Decision's warnings.")
+        True, description="Score every candidate on its short form: a generation cut by the "
+                          "paper's policy (first line, no 'Answer:' label, quotes or final "
+                          "period), a given answer on its answering sentence (chat lead-ins "
+                          "and markdown labels skipped); a given candidate whose scored form "
+                          "differs is reported in the Decision's warnings.")
+    return_text: Literal["given", "scored"] = Field(
+        "given", description="What Decision.answer holds for a given candidate: the text as "
+                             "the caller's chain produced it ('given', the default: the user's "
+                             "text comes back whole) or its scored short form ('scored'). "
+                             "A generated candidate is always its cleaned short answer.")
     skip_scoring_when_agree: bool = Field(
         True, description="Skip the six likelihoods when both answers normalize equal."
     )

@@ -154,7 +154,11 @@ def _none(value: object) -> bool:
 class Decision(BaseModel):
     """The arbitration outcome and its full audit trail.
 
-    ``answer`` is the chosen text; ``source`` says where it came from. The six
+    ``answer`` is the chosen text as it is returned: a given candidate exactly as the caller's
+    chain produced it (``TrustMarginConfig.return_text="given"``, the default), a generated one
+    as its cleaned short answer; ``direct_answer`` / ``rag_answer`` are the short forms that
+    were scored (and ``direct_raw`` / ``rag_raw`` the texts, when they differ); ``source``
+    says where the answer came from. The six
     log-likelihoods, both margins and the hyper-parameters in force are kept so the
     decision can be replayed or recomputed independently.
 

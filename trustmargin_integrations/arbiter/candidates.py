@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from trustmargin_integrations.answers import answer_complete, clean_answer
+from trustmargin_integrations.answers import answer_complete, clean_answer, scoring_form
 from trustmargin_integrations.arbiter.preparation import PreparedQuestion
 from trustmargin_integrations.backends.base import ModelSession
 from trustmargin_integrations.config import TrustMarginConfig
@@ -36,7 +36,7 @@ def side_candidates(
             out[i] = cleaned(config, text, generated=False)
             if out[i].raw is not None:  # type: ignore[union-attr]
                 chunk[i].input.warnings.append(
-                    f"{side}_answer: cleaned to its short-answer form "
+                    f"{side}_answer: scored on its short form "
                     f"({text!r} -> {out[i].answer!r})")  # type: ignore[union-attr]
     # A RAG answer without evidence is never needed: the decision is "no_evidence".
     # A question with rag_candidates has its RAG side given: nothing is generated.
@@ -57,8 +57,16 @@ def side_candidates(
 def cleaned(config: TrustMarginConfig, text: str, *, generated: bool,
             seconds: float = 0.0) -> Candidate:
     """``text`` as a candidate: cleaned when the config says so (``raw`` keeps the original
-    when cleaning changed more than surrounding whitespace)."""
-    answer = clean_answer(text) if config.clean_answers else text.strip()
+    when cleaning changed more than surrounding whitespace).
+
+    A generation under the paper's prompts is cut by the paper's policy
+    (:func:`~trustmargin_integrations.answers.clean_answer`); a given candidate, often a chat
+    answer in full sentences, is scored on its answering sentence
+    (:func:`~trustmargin_integrations.answers.scoring_form`), which skips chat lead-ins and
+    markdown labels so they never decide an outcome. Either way ``raw`` keeps the text itself.
+    """
+    policy = clean_answer if generated else scoring_form
+    answer = policy(text) if config.clean_answers else text.strip()
     raw = None if answer == text.strip() else text
     return Candidate(answer, raw, generated, seconds)
 
@@ -76,7 +84,7 @@ def rag_options(config: TrustMarginConfig, prepared: PreparedQuestion,
         option.name = label
         if option.raw is not None:
             prepared.input.warnings.append(
-                f"rag_candidates[{i}]: cleaned to its short-answer form "
+                f"rag_candidates[{i}]: scored on its short form "
                 f"({text!r} -> {option.answer!r})")
         out.append(option)
     return out

@@ -60,6 +60,15 @@ def _candidate_records(direct: Candidate, options: list[Candidate],
     ]
 
 
+def returned_text(candidate: Candidate, config: TrustMarginConfig) -> str:
+    """The text a decision returns for its chosen candidate: a given answer as the caller's
+    chain produced it (unless ``config.return_text`` is ``"scored"``), a generated one as its
+    cleaned short answer (the paper's behaviour)."""
+    if candidate.generated or candidate.raw is None or config.return_text == "scored":
+        return candidate.answer
+    return candidate.raw.strip()
+
+
 def assemble_decision(
     prepared: PreparedQuestion,
     direct: Candidate,
@@ -91,7 +100,7 @@ def assemble_decision(
     return Decision(
         id=valid.id,
         question=valid.question,
-        answer=rag.answer if verdict.choice == "rag" else direct.answer,
+        answer=returned_text(rag if verdict.choice == "rag" else direct, config),
         source=source,
         reason=verdict.reason,
         direct_answer=direct.answer,
