@@ -7,7 +7,9 @@
   user's own keys (``documents[1]``, ``inputs[1].question``).
 - :mod:`.router`: :class:`TrustMarginRouter` and its per-call settings (``tau``,
   ``lambda_bind``).
-- :mod:`.llms`: :class:`LocalLLM` on a local backend.
+- :mod:`.llms`: :class:`LocalLLM` and :class:`LocalChatModel` on a local backend.
+- :mod:`.dropin`: :func:`with_trustmargin`, TrustMargin inserted into a tutorial-shaped chain.
+- :mod:`.decisions`: the chosen answer's text and a readable summary of a Decision.
 - :mod:`.chains`: :func:`build_trustmargin_chain`.
 - :mod:`.pipelines`: :class:`PipelineRunnable` and :func:`build_pipeline_chain` for IRCoT,
   FLARE, CLeHe-RAG and DTR-RAG.
@@ -28,9 +30,11 @@ generator treat the threshold as a starting point and re-check it on your own da
 """
 
 from trustmargin_integrations.langchain.chains import build_trustmargin_chain
+from trustmargin_integrations.langchain.decisions import DECISION_EVENT, describe_decision
 from trustmargin_integrations.langchain.documents import document_to_passage, passage_to_document
+from trustmargin_integrations.langchain.dropin import with_trustmargin
 from trustmargin_integrations.langchain.inputs import TrustMarginInput
-from trustmargin_integrations.langchain.llms import LocalLLM
+from trustmargin_integrations.langchain.llms import LocalChatModel, LocalLLM
 from trustmargin_integrations.langchain.pipelines import (
     PIPELINE_EVENT,
     PIPELINE_KEY,
@@ -42,10 +46,12 @@ from trustmargin_integrations.langchain.retrievers import PipelineRetriever, Tru
 from trustmargin_integrations.langchain.router import MARGINS_EVENT, TrustMarginRouter
 
 __all__ = [
+    "DECISION_EVENT",
     "MARGINS_EVENT",
     "PIPELINES_KEY",
     "PIPELINE_EVENT",
     "PIPELINE_KEY",
+    "LocalChatModel",
     "LocalLLM",
     "PipelineRetriever",
     "PipelineRunnable",
@@ -54,6 +60,8 @@ __all__ = [
     "TrustMarginRouter",
     "build_pipeline_chain",
     "build_trustmargin_chain",
+    "describe_decision",
     "document_to_passage",
     "passage_to_document",
+    "with_trustmargin",
 ]

@@ -24,7 +24,7 @@ from pydantic import ConfigDict, Field
 
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.errors import InvalidInputError
-from trustmargin_integrations.langchain.documents import document_to_passage
+from trustmargin_integrations.langchain.documents import check_documents, document_to_passage
 from trustmargin_integrations.langchain.inputs import question_of
 from trustmargin_integrations.langchain.retrievers import (
     DocumentSearch,
@@ -100,7 +100,8 @@ class _CorePipeline(RunnableSerializable[str, Decision]):
                                        return_exceptions=return_exceptions, run_type="chain")
 
 
-def _text_of(value: Any) -> str | None:
+def text_of(value: Any) -> str | None:
+    """A candidate step's output as text (a chat model's message gives its text)."""
     if isinstance(value, BaseMessage):
         return value.text
     if value is None or isinstance(value, str):
@@ -121,7 +122,16 @@ def answer_step(piece: Runnable[Any, Any] | BaseLanguageModel[Any] | None, templ
         # A bare model gets the paper's appendix prompt, so its answers are short phrases.
         step = PromptTemplate.from_template(template) | piece
     # No cleaning here: the core cleans every candidate and records what it changed.
-    return (step | RunnableLambda(_text_of, name="to_text")).with_config(run_name=name)
+    return (step | RunnableLambda(text_of, name="to_text")).with_config(run_name=name)
+
+
+def retrieval_step(question: Runnable[Any, str], retriever: Runnable[str, Any]
+                   ) -> Runnable[Any, list[Document]]:
+    """question -> the retriever's documents, refused by name unless they are Documents (a
+    retriever returning strings or tuples would otherwise fail deep inside with an
+    AttributeError)."""
+    return question | retriever | RunnableLambda(
+        lambda docs: check_documents(docs, "retriever(question)"), name="check_documents")
 
 
 def context_of(value: Mapping[str, Any]) -> str:
@@ -180,7 +190,7 @@ def build_trustmargin_chain(
     documents = as_langchain_retriever(retriever, k, router.tm)
     skip_rag = RunnableLambda(lambda _: None, name="no_documents")
     return (
-        RunnableParallel(question=question, documents=question | documents)
+        RunnableParallel(question=question, documents=retrieval_step(question, documents))
         | RunnablePassthrough.assign(context=RunnableLambda(context_of, name="context"))
         | RunnablePassthrough.assign(
             direct_answer=answer_step(closed_book, QUESTION_ONLY_TEMPLATE, "closed_book"),

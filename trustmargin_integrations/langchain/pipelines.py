@@ -21,7 +21,7 @@ from langchain_core.runnables.config import run_in_executor
 from pydantic import ConfigDict, Field
 
 from trustmargin_integrations.errors import InvalidInputError
-from trustmargin_integrations.langchain.chains import answer_step, context_of
+from trustmargin_integrations.langchain.chains import answer_step, context_of, retrieval_step
 from trustmargin_integrations.langchain.inputs import check_pipeline, pipeline_question
 from trustmargin_integrations.langchain.retrievers import as_langchain_retriever
 from trustmargin_integrations.langchain.router import TrustMarginRouter
@@ -240,7 +240,7 @@ def build_pipeline_chain(
     documents = as_langchain_retriever(retriever, k, router.tm)
     question = RunnableLambda(pipeline_question, name="question")
     return (
-        RunnableParallel(question=question, documents=question | documents)
+        RunnableParallel(question=question, documents=retrieval_step(question, documents))
         | RunnablePassthrough.assign(context=RunnableLambda(context_of, name="context"))
         | RunnablePassthrough.assign(
             direct_answer=answer_step(closed_book, QUESTION_ONLY_TEMPLATE, "closed_book"),

@@ -22,7 +22,7 @@ from trustmargin_integrations.langchain.documents import (
 from trustmargin_integrations.langchain.inputs import check_pipeline, pipeline_question
 from trustmargin_integrations.retrieval.base import retrieve_batch
 from trustmargin_integrations.schema import Passage
-from trustmargin_integrations.validation import check_k, check_retriever
+from trustmargin_integrations.validation import check_k, check_question, check_retriever
 
 
 class TrustMarginRetriever(BaseRetriever):
@@ -59,6 +59,8 @@ class TrustMarginRetriever(BaseRetriever):
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun,
                                 k: int | None = None) -> list[Document]:
+        # Checked here so a blank query is named as the caller's argument, not queries[0].
+        query = check_question(query, "query")
         # retrieve_batch is the core's retrieval stage: it checks k and that hits are Passages.
         hits = retrieve_batch(self.retriever, [query], self.k if k is None else k)[0]
         return [passage_to_document(p) for p in hits]

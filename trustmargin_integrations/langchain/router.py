@@ -6,14 +6,16 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from langchain_core.callbacks import adispatch_custom_event, dispatch_custom_event
-from langchain_core.runnables import RunnableConfig, RunnableSerializable
+from langchain_core.runnables import RunnableConfig, RunnableLambda, RunnableSerializable
 from langchain_core.runnables.config import run_in_executor
 from langchain_core.runnables.utils import ConfigurableFieldSpec
-from pydantic import ConfigDict, Field, ValidationError
+from langchain_core.tools import BaseTool
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trustmargin_integrations.arbiter import PreparedQuestion, TrustMargin
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.langchain.decisions import Output, describe_decision, shape_output
 from trustmargin_integrations.langchain.inputs import TrustMarginInput, core_input
 from trustmargin_integrations.schema import Decision
 
@@ -74,14 +76,17 @@ def settings_key(tm: TrustMargin) -> tuple[float, float]:
     return tm.config.tau, tm.config.lambda_bind
 
 
-class TrustMarginRouter(RunnableSerializable[TrustMarginInput, Decision]):
+class TrustMarginRouter(RunnableSerializable[TrustMarginInput, "Decision | str"]):
     """Route between a closed-book and a RAG answer with TrustMargin.
 
     Input: a dict shaped like :class:`TrustMarginInput` (parsed with that model; the core
     then validates the content, and every error names the key you passed, e.g.
     ``documents[1]``, or ``inputs[1].question`` in a batch). Output: the core
     :class:`~trustmargin_integrations.schema.Decision`, so ``.answer`` is one attribute away
-    and the margins (``m_prior``, ``m_bind``, ``m``) travel with it.
+    and the margins (``m_prior``, ``m_bind``, ``m``) travel with it. With
+    ``output="answer"`` the output is the chosen side's full text instead, so
+    ``... | router | StrOutputParser()`` works; ``as_tool()`` returns that text with one line
+    on how it was chosen.
 
     Per call, ``router.with_config(configurable={"tau": -0.5, "lambda_bind": 1.0})`` changes
     the rule's hyper-parameters (recorded in the Decision); the router's own ``tau`` /
@@ -108,6 +113,9 @@ class TrustMarginRouter(RunnableSerializable[TrustMarginInput, Decision]):
     lambda_bind: float | None = Field(
         None, allow_inf_nan=False, description="Binding-margin weight (None: "
                                                "tm.config.lambda_bind).")
+    output: Output = Field(
+        "decision", description="'decision': the Decision; 'answer': the chosen side's full "
+                                "text, so the router ends a chain like a model and parser.")
 
     @property
     def InputType(self) -> type[TrustMarginInput]:  # noqa: N802 (LangChain's name)
@@ -115,9 +123,22 @@ class TrustMarginRouter(RunnableSerializable[TrustMarginInput, Decision]):
         return TrustMarginInput
 
     @property
-    def OutputType(self) -> type[Decision]:  # noqa: N802 (LangChain's name)
-        """The core Decision."""
-        return Decision
+    def OutputType(self) -> Any:  # noqa: N802 (LangChain's name)
+        """The core Decision, or ``str`` with ``output="answer"``."""
+        return str if self.output == "answer" else Decision
+
+    def as_tool(self, args_schema: type[BaseModel] | None = None, *, name: str | None = None,
+                description: str | None = None, arg_types: dict[str, type] | None = None
+                ) -> BaseTool:
+        """The router as a tool whose output is readable text: the chosen answer and one line
+        on how it was chosen (:func:`describe_decision`), not a Decision's repr."""
+        decide = self.model_copy(update={"output": "decision"})
+        readable = decide | RunnableLambda(describe_decision, name="describe_decision")
+        return readable.as_tool(
+            args_schema or TrustMarginInput, name=name or "trustmargin_router",
+            description=description or "Choose between a closed-book and a retrieval-augmented "
+            "answer to a question with TrustMargin; returns the chosen answer.",
+            arg_types=arg_types)
 
     @property
     def config_specs(self) -> list[ConfigurableFieldSpec]:
@@ -157,44 +178,48 @@ class TrustMarginRouter(RunnableSerializable[TrustMarginInput, Decision]):
         return [cast("Decision | Exception", o) for o in out]
 
     def _route(self, values: list[Any], config: list[RunnableConfig], *, fail_fast: bool,
-               batched: bool = True) -> list[Decision | Exception]:
+               batched: bool = True) -> list[Decision | str | Exception]:
         results = self._decide(values, config, fail_fast=fail_fast, batched=batched)
         for result, cfg in zip(results, config, strict=True):
             if isinstance(result, Decision):
                 dispatch_custom_event(MARGINS_EVENT, margins_payload(result), config=cfg)
-        return results
+        return [self._shaped(r) for r in results]
+
+    def _shaped(self, result: Decision | Exception) -> Decision | str | Exception:
+        return result if isinstance(result, Exception) else shape_output(result, self.output)
 
     async def _aroute(self, values: list[Any], config: list[RunnableConfig], *,
-                      fail_fast: bool, batched: bool = True) -> list[Decision | Exception]:
+                      fail_fast: bool, batched: bool = True) -> list[Decision | str | Exception]:
         results = await run_in_executor(None, self._decide, values, config,
                                         fail_fast=fail_fast, batched=batched)
         for result, cfg in zip(results, config, strict=True):
             if isinstance(result, Decision):
                 await adispatch_custom_event(MARGINS_EVENT, margins_payload(result), config=cfg)
-        return results
+        return [self._shaped(r) for r in results]
 
-    def _route_one(self, value: Any, config: RunnableConfig) -> Decision:
-        return cast(Decision, self._route([value], [config], fail_fast=True, batched=False)[0])
+    def _route_one(self, value: Any, config: RunnableConfig) -> Decision | str:
+        results = self._route([value], [config], fail_fast=True, batched=False)
+        return cast("Decision | str", results[0])
 
-    async def _aroute_one(self, value: Any, config: RunnableConfig) -> Decision:
+    async def _aroute_one(self, value: Any, config: RunnableConfig) -> Decision | str:
         results = await self._aroute([value], [config], fail_fast=True, batched=False)
-        return cast(Decision, results[0])
+        return cast("Decision | str", results[0])
 
     # -- Runnable API ------------------------------------------------------------------------
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
-               ) -> Decision:
+               ) -> Decision | str:
         """Arbitrate one input dict."""
         return self._call_with_config(self._route_one, input, config, run_type="chain")
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
-                      ) -> Decision:
+                      ) -> Decision | str:
         """Async :meth:`invoke` (scoring runs in a worker thread)."""
         return await self._acall_with_config(self._aroute_one, input, config,
                                              run_type="chain")
 
     def batch(self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None
-              = None, *, return_exceptions: bool = False, **kwargs: Any) -> list[Decision]:
+              = None, *, return_exceptions: bool = False, **kwargs: Any) -> list[Decision | str]:
         """Arbitrate many inputs with one ``arbitrate_batch`` call (not a thread per input).
 
         With ``return_exceptions=True`` an invalid input yields its ``InvalidInputError``
@@ -206,7 +231,7 @@ class TrustMarginRouter(RunnableSerializable[TrustMarginInput, Decision]):
 
     async def abatch(self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig]
                      | None = None, *, return_exceptions: bool = False, **kwargs: Any
-                     ) -> list[Decision]:
+                     ) -> list[Decision | str]:
         """Async :meth:`batch`: one ``arbitrate_batch`` call in a worker thread."""
         return await self._abatch_with_config(self._aroute, inputs, config,
                                               return_exceptions=return_exceptions,
