@@ -169,7 +169,7 @@ def test_chain_invoke_and_batch_agree(ircot: IRCoTPipeline, router: TrustMarginR
 def test_chain_with_several_candidates(tm: TrustMargin, index: BM25Index, ircot: IRCoTPipeline,
                                        router: TrustMarginRouter,
                                        ircot_runs: dict[str, PipelineResult]) -> None:
-    bm25 = LangChainLLM.from_trustmargin(tm)
+    bm25 = LangChainLLM.from_trustmargin(tm, max_new_tokens=tm.config.max_new_tokens)
     chain = build_pipeline_chain({"bm25": bm25, "ircot": ircot}, router, index, k=K)
     decision = chain.invoke(YEAR)
     assert [c.name for c in decision.rag_candidates] == ["bm25", "ircot"]
@@ -251,7 +251,7 @@ def test_chain_bad_questions_name_the_field(ircot: IRCoTPipeline, router: TrustM
 def test_chain_bad_construction_names_the_field(tm: TrustMargin, index: BM25Index,
                                                 ircot: IRCoTPipeline,
                                                 router: TrustMarginRouter) -> None:
-    bm25 = LangChainLLM.from_trustmargin(tm)
+    bm25 = LangChainLLM.from_trustmargin(tm, max_new_tokens=tm.config.max_new_tokens)
     cases = [
         (lambda: build_pipeline_chain(object(), router), "pipeline"),
         (lambda: build_pipeline_chain({}, router, index), "pipeline"),

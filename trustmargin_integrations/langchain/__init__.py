@@ -1,0 +1,67 @@
+"""LangChain adapter for TrustMargin: one module per LangChain role.
+
+- :mod:`.documents`: ``Document`` <-> :class:`~trustmargin_integrations.schema.Passage`.
+- :mod:`.retrievers`: :class:`TrustMarginRetriever` over any project retriever and
+  :class:`PipelineRetriever` over a multi-step pipeline.
+- :mod:`.inputs`: :class:`TrustMarginInput`, the router's input record, and errors that name the
+  user's own keys (``documents[1]``, ``inputs[1].question``).
+- :mod:`.router`: :class:`TrustMarginRouter` and its per-call settings (``tau``,
+  ``lambda_bind``).
+- :mod:`.llms`: :class:`LocalLLM` and :class:`LocalChatModel` on a local backend.
+- :mod:`.dropin`: :func:`with_trustmargin`, TrustMargin inserted into a tutorial-shaped chain.
+- :mod:`.decisions`: the chosen answer's text and a readable summary of a Decision.
+- :mod:`.chains`: :func:`build_trustmargin_chain`.
+- :mod:`.pipelines`: :class:`PipelineRunnable` and :func:`build_pipeline_chain` for IRCoT,
+  FLARE, CLeHe-RAG and DTR-RAG.
+
+The adapter is thin. It turns LangChain inputs (dicts, ``Document`` objects, chat messages)
+into the core's input and returns the core :class:`~trustmargin_integrations.schema.Decision`
+unchanged. Validation, passage formatting, answer cleaning and scoring all happen in the core
+(:class:`~trustmargin_integrations.arbiter.TrustMargin`); the adapter only renames fields so
+that errors name the keys the user passed.
+
+The router scores with *its own* local model (``router.tm.backend``). When the two candidate
+answers come from another model (a hosted chat model, say), the margins measure how the
+scorer model judges those answers, not how the generating model would: the prior margin asks
+"does the scorer's memory accept the RAG answer?", the binding margin asks "does the scorer
+find that answer bound to this question by the passages?". The paper calibrates
+``tau = -1.5`` for candidates produced by the scoring model itself, so with a different
+generator treat the threshold as a starting point and re-check it on your own data.
+"""
+
+from trustmargin_integrations.langchain.chains import build_trustmargin_chain
+from trustmargin_integrations.langchain.decisions import DECISION_EVENT, describe_decision
+from trustmargin_integrations.langchain.documents import document_to_passage, passage_to_document
+from trustmargin_integrations.langchain.dropin import with_trustmargin
+from trustmargin_integrations.langchain.inputs import TrustMarginInput
+from trustmargin_integrations.langchain.llms import LocalChatModel, LocalLLM
+from trustmargin_integrations.langchain.pipelines import (
+    PIPELINE_EVENT,
+    PIPELINE_KEY,
+    PIPELINES_KEY,
+    PipelineRunnable,
+    build_pipeline_chain,
+)
+from trustmargin_integrations.langchain.retrievers import PipelineRetriever, TrustMarginRetriever
+from trustmargin_integrations.langchain.router import MARGINS_EVENT, TrustMarginRouter
+
+__all__ = [
+    "DECISION_EVENT",
+    "MARGINS_EVENT",
+    "PIPELINES_KEY",
+    "PIPELINE_EVENT",
+    "PIPELINE_KEY",
+    "LocalChatModel",
+    "LocalLLM",
+    "PipelineRetriever",
+    "PipelineRunnable",
+    "TrustMarginInput",
+    "TrustMarginRetriever",
+    "TrustMarginRouter",
+    "build_pipeline_chain",
+    "build_trustmargin_chain",
+    "describe_decision",
+    "document_to_passage",
+    "passage_to_document",
+    "with_trustmargin",
+]

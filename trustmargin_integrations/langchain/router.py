@@ -1,0 +1,237 @@
+"""The router Runnable: arbitrate a closed-book and a RAG answer, with per-call settings."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, cast
+
+from langchain_core.callbacks import adispatch_custom_event, dispatch_custom_event
+from langchain_core.runnables import RunnableConfig, RunnableLambda, RunnableSerializable
+from langchain_core.runnables.config import run_in_executor
+from langchain_core.runnables.utils import ConfigurableFieldSpec
+from langchain_core.tools import BaseTool
+from pydantic import BaseModel, ConfigDict, Field
+
+from trustmargin_integrations.arbiter import PreparedQuestion, TrustMargin
+from trustmargin_integrations.config import TrustMarginConfig
+from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.langchain.decisions import Output, describe_decision, shape_output
+from trustmargin_integrations.langchain.inputs import TrustMarginInput, core_input
+from trustmargin_integrations.schema import Decision
+
+MARGINS_EVENT = "trustmargin_margins"
+"""Name of the custom callback event each routed input emits with its margins."""
+
+
+CONFIG_SPECS = [
+    ConfigurableFieldSpec(
+        id="tau", annotation=float | None, name="tau", default=None,
+        description="TrustMargin threshold for this call: RAG is chosen iff M > tau "
+                    "(None: the router's tau, else tm.config.tau)."),
+    ConfigurableFieldSpec(
+        id="lambda_bind", annotation=float | None, name="lambda_bind", default=None,
+        description="Weight of the binding margin for this call (None: the router's "
+                    "lambda_bind, else tm.config.lambda_bind)."),
+]
+
+
+_TUNABLE = ("tau", "lambda_bind")
+
+
+def margins_payload(decision: Decision) -> dict[str, Any]:
+    """What the margins event carries: enough to audit the choice without the Decision."""
+    return {key: getattr(decision, key) for key in
+            ("id", "question", "source", "reason", "answer", "m_prior", "m_bind", "m",
+             "lambda_bind", "tau")}
+
+
+def _arbiter(tm: TrustMargin, config: RunnableConfig | None, defaults: Mapping[str, Any]
+             ) -> TrustMargin:
+    """``tm``, or a TrustMargin on the same backend with this call's tau / lambda_bind.
+
+    Precedence: ``config["configurable"]``, then the router's own fields (``defaults``),
+    then ``tm.config``.
+    """
+    configurable = (config or {}).get("configurable") or {}
+    update = {}
+    for key in _TUNABLE:
+        value = configurable.get(key, defaults.get(key))
+        if value is not None and value != getattr(tm.config, key):
+            update[key] = value
+    if not update:
+        return tm
+    try:
+        # model_validate, not model_copy(update=...): a NaN tau must be refused, not applied.
+        cfg = TrustMarginConfig.model_validate({**tm.config.model_dump(), **update})
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"configurable.{exc.field}", exc.problem, exc.fix) from None
+    return TrustMargin(tm.backend, cfg)
+
+
+def settings_key(tm: TrustMargin) -> tuple[float, float]:
+    """The hyper-parameters a batch is grouped by (one scorer call per distinct pair)."""
+    return tm.config.tau, tm.config.lambda_bind
+
+
+class TrustMarginRouter(RunnableSerializable[TrustMarginInput, "Decision | str"]):
+    """Route between a closed-book and a RAG answer with TrustMargin.
+
+    Input: a dict shaped like :class:`TrustMarginInput` (parsed with that model; the core
+    then validates the content, and every error names the key you passed, e.g.
+    ``documents[1]``, or ``inputs[1].question`` in a batch). Output: the core
+    :class:`~trustmargin_integrations.schema.Decision`, so ``.answer`` is one attribute away
+    and the margins (``m_prior``, ``m_bind``, ``m``) travel with it. With
+    ``output="answer"`` the output is the chosen side's full text instead, so
+    ``... | router | StrOutputParser()`` works; ``as_tool()`` returns that text with one line
+    on how it was chosen.
+
+    Per call, ``router.with_config(configurable={"tau": -0.5, "lambda_bind": 1.0})`` changes
+    the rule's hyper-parameters (recorded in the Decision); the router's own ``tau`` /
+    ``lambda_bind`` fields set its defaults. Both fall back to ``tm.config``.
+
+    ``batch``/``abatch`` send all valid inputs to the scorer in one
+    ``TrustMargin.arbitrate_batch`` call (one per distinct tau/lambda_bind when the configs
+    differ). Each input still gets its own traced run whose output is its Decision, and a
+    :data:`MARGINS_EVENT` custom event with its margins.
+
+    Example:
+        >>> router = TrustMarginRouter(tm=TrustMargin.from_pretrained())  # doctest: +SKIP
+        >>> router.invoke({"question": "Who wrote Hamlet?", "direct_answer": "Shakespeare",
+        ...                "rag_answer": "Marlowe", "context": ["Hamlet ..."]})  # doctest: +SKIP
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    tm: TrustMargin = Field(description="The arbiter; its backend is the scorer model.")
+    include_prompts: bool | None = Field(
+        None, description="Attach rendered prompts to each Decision (None: tm.config's value).")
+    tau: float | None = Field(
+        None, allow_inf_nan=False, description="Threshold (None: tm.config.tau).")
+    lambda_bind: float | None = Field(
+        None, allow_inf_nan=False, description="Binding-margin weight (None: "
+                                               "tm.config.lambda_bind).")
+    output: Output = Field(
+        "decision", description="'decision': the Decision; 'answer': the chosen side's full "
+                                "text, so the router ends a chain like a model and parser.")
+
+    @property
+    def InputType(self) -> type[TrustMarginInput]:  # noqa: N802 (LangChain's name)
+        """The typed input record."""
+        return TrustMarginInput
+
+    @property
+    def OutputType(self) -> Any:  # noqa: N802 (LangChain's name)
+        """The core Decision, or ``str`` with ``output="answer"``."""
+        return str if self.output == "answer" else Decision
+
+    def as_tool(self, args_schema: type[BaseModel] | None = None, *, name: str | None = None,
+                description: str | None = None, arg_types: dict[str, type] | None = None
+                ) -> BaseTool:
+        """The router as a tool whose output is readable text: the chosen answer and one line
+        on how it was chosen (:func:`describe_decision`), not a Decision's repr."""
+        decide = self.model_copy(update={"output": "decision"})
+        readable = decide | RunnableLambda(describe_decision, name="describe_decision")
+        return readable.as_tool(
+            args_schema or TrustMarginInput, name=name or "trustmargin_router",
+            description=description or "Choose between a closed-book and a retrieval-augmented "
+            "answer to a question with TrustMargin; returns the chosen answer.",
+            arg_types=arg_types)
+
+    @property
+    def config_specs(self) -> list[ConfigurableFieldSpec]:
+        """``tau`` and ``lambda_bind``, settable per call under ``configurable``."""
+        return list(CONFIG_SPECS)
+
+    def arbiter(self, config: RunnableConfig | None = None) -> TrustMargin:
+        """The TrustMargin a call with ``config`` uses (same backend, its tau/lambda_bind)."""
+        return _arbiter(self.tm, config, {"tau": self.tau, "lambda_bind": self.lambda_bind})
+
+    # -- core call: raw inputs -> Decisions or per-input errors ------------------------------
+
+    def _decide(self, values: list[Any], configs: list[RunnableConfig], *, fail_fast: bool,
+                batched: bool) -> list[Decision | Exception]:
+        out: list[Decision | Exception | None] = [None] * len(values)
+        groups: dict[tuple[float, float], tuple[TrustMargin, list[tuple[int, PreparedQuestion]]]]
+        groups = {}
+        for i, (value, config) in enumerate(zip(values, configs, strict=True)):
+            where = f"inputs[{i}]" if batched else None
+            try:
+                tm = self.arbiter(config)
+                item, names = core_input(value, where)
+                # The core validates (and prepares) here, with the user's names and the
+                # input's own batch position; arbitrate_batch takes the prepared question.
+                prepared = tm.prepare(item, where=where, names=names)
+            except InvalidInputError as exc:
+                if fail_fast:
+                    raise
+                out[i] = exc
+                continue
+            groups.setdefault(settings_key(tm), (tm, []))[1].append((i, prepared))
+        for tm, ready in groups.values():
+            decisions = tm.arbitrate_batch([item for _, item in ready],
+                                           include_prompts=self.include_prompts)
+            for (i, _), decision in zip(ready, decisions, strict=True):
+                out[i] = decision
+        return [cast("Decision | Exception", o) for o in out]
+
+    def _route(self, values: list[Any], config: list[RunnableConfig], *, fail_fast: bool,
+               batched: bool = True) -> list[Decision | str | Exception]:
+        results = self._decide(values, config, fail_fast=fail_fast, batched=batched)
+        for result, cfg in zip(results, config, strict=True):
+            if isinstance(result, Decision):
+                dispatch_custom_event(MARGINS_EVENT, margins_payload(result), config=cfg)
+        return [self._shaped(r) for r in results]
+
+    def _shaped(self, result: Decision | Exception) -> Decision | str | Exception:
+        return result if isinstance(result, Exception) else shape_output(result, self.output)
+
+    async def _aroute(self, values: list[Any], config: list[RunnableConfig], *,
+                      fail_fast: bool, batched: bool = True) -> list[Decision | str | Exception]:
+        results = await run_in_executor(None, self._decide, values, config,
+                                        fail_fast=fail_fast, batched=batched)
+        for result, cfg in zip(results, config, strict=True):
+            if isinstance(result, Decision):
+                await adispatch_custom_event(MARGINS_EVENT, margins_payload(result), config=cfg)
+        return [self._shaped(r) for r in results]
+
+    def _route_one(self, value: Any, config: RunnableConfig) -> Decision | str:
+        results = self._route([value], [config], fail_fast=True, batched=False)
+        return cast("Decision | str", results[0])
+
+    async def _aroute_one(self, value: Any, config: RunnableConfig) -> Decision | str:
+        results = await self._aroute([value], [config], fail_fast=True, batched=False)
+        return cast("Decision | str", results[0])
+
+    # -- Runnable API ------------------------------------------------------------------------
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+               ) -> Decision | str:
+        """Arbitrate one input dict."""
+        return self._call_with_config(self._route_one, input, config, run_type="chain")
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+                      ) -> Decision | str:
+        """Async :meth:`invoke` (scoring runs in a worker thread)."""
+        return await self._acall_with_config(self._aroute_one, input, config,
+                                             run_type="chain")
+
+    def batch(self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None
+              = None, *, return_exceptions: bool = False, **kwargs: Any) -> list[Decision | str]:
+        """Arbitrate many inputs with one ``arbitrate_batch`` call (not a thread per input).
+
+        With ``return_exceptions=True`` an invalid input yields its ``InvalidInputError``
+        in place and the others are still scored together.
+        """
+        return self._batch_with_config(self._route, inputs, config,
+                                       return_exceptions=return_exceptions, run_type="chain",
+                                       fail_fast=not return_exceptions)
+
+    async def abatch(self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig]
+                     | None = None, *, return_exceptions: bool = False, **kwargs: Any
+                     ) -> list[Decision | str]:
+        """Async :meth:`batch`: one ``arbitrate_batch`` call in a worker thread."""
+        return await self._abatch_with_config(self._aroute, inputs, config,
+                                              return_exceptions=return_exceptions,
+                                              run_type="chain", fail_fast=not return_exceptions)
+
+
