@@ -31,7 +31,8 @@ One module per framework role:
 
 - ``nodes``: node <-> :class:`~trustmargin_integrations.schema.Passage`;
 - ``responses``: reading whole answers from LlamaIndex's response types;
-- ``arbiter``: :class:`TrustMarginArbiter` and :class:`TrustMarginDecisionEvent`;
+- ``arbiter``: :class:`TrustMarginArbiter`, :class:`TrustMarginDecisionEvent` and the
+  :class:`DecisionRecord` responses carry;
 - ``query_engine``: :class:`TrustMarginQueryEngine`;
 - ``retriever_engine``: :class:`TrustMarginRetrieverQueryEngine`;
 - ``pipeline_engine``: :class:`PipelineQueryEngine`;
@@ -43,6 +44,7 @@ One module per framework role:
 
 from trustmargin_integrations.llama_index.arbiter import (
     METADATA_KEY,
+    DecisionRecord,
     TrustMarginArbiter,
     TrustMarginDecisionEvent,
 )
@@ -71,6 +73,7 @@ __all__ = [
     "EVIDENCE_MODES",
     "METADATA_KEY",
     "PIPELINE_METADATA_KEY",
+    "DecisionRecord",
     "LocalLLM",
     "PassageRetriever",
     "PipelineQueryEngine",

@@ -23,7 +23,8 @@ from trustmargin_integrations.llama_index.nodes import node_to_passage
 from trustmargin_integrations.llama_index.responses import aresolve, resolve
 from trustmargin_integrations.schema import Decision
 
-__all__ = ["METADATA_KEY", "TrustMarginArbiter", "TrustMarginDecisionEvent", "dispatcher"]
+__all__ = ["METADATA_KEY", "DecisionRecord", "TrustMarginArbiter", "TrustMarginDecisionEvent",
+           "chosen_text", "dispatcher"]
 
 dispatcher = instrument.get_dispatcher("trustmargin_integrations.llama_index")
 """The adapter's one dispatcher: its spans and decision events, whichever module sends them."""
@@ -45,6 +46,43 @@ class TrustMarginDecisionEvent(BaseEvent):
     def class_name(cls) -> str:
         """Event name, as LlamaIndex handlers see it."""
         return "TrustMarginDecisionEvent"
+
+
+def chosen_text(decision: Decision) -> str:
+    """The chosen side's text as the user's engine or LLM produced it (not its short form).
+
+    The Decision keeps the cleaned short form in ``answer`` (what was scored and what the
+    audit compares); the caller gets back the full text it would have got without
+    TrustMargin. The core is adding the full text of each side to the Decision; until that
+    lands it is the raw text, which the Decision keeps only when cleaning changed it. At the
+    merge, switch this one function to the Decision's new fields.
+    """
+    if decision.replay() == "rag":
+        return decision.rag_raw or decision.rag_answer
+    return decision.direct_raw or decision.direct_answer
+
+
+class DecisionRecord(dict[str, Any]):
+    """A :class:`Decision` as ``Response.metadata["trustmargin"]``: its JSON form as a dict,
+    so ``json.dumps(response.metadata)`` works, which also answers every attribute and method
+    of the Decision (``record.source``, ``record.m``, ``record.replay()``).
+
+    ``record.decision`` is the Decision itself (the object the decision event carries).
+    """
+
+    def __init__(self, decision: Decision) -> None:
+        super().__init__(decision.model_dump(mode="json"))
+        self.decision = decision
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names the dict does not have; private names are refused so that
+        # copy and pickle, which probe for them before __init__ state exists, do not recurse.
+        if name.startswith("_") or name == "decision":
+            raise AttributeError(name)
+        return getattr(self.decision, name)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (DecisionRecord, (self.decision,))
 
 
 def _rag_response(rag: Any, source_nodes: Sequence[NodeWithScore] | None) -> Response:
@@ -81,12 +119,15 @@ class TrustMarginArbiter:
     is built (see ``callback_manager``). To arbitrate inside an engine, wrap the engine with
     :class:`~trustmargin_integrations.llama_index.TrustMarginQueryEngine`.
 
-    The returned ``Response`` holds the chosen text, the RAG answer's source nodes (kept
-    whichever answer wins: they are the evidence that was weighed) and the RAG response's
-    metadata plus one reserved key, ``metadata["trustmargin"]``: the core
-    :class:`~trustmargin_integrations.schema.Decision`. Without source nodes the closed-book
-    answer is returned (``reason="no_evidence"``). Answers are passed raw; the core cleans
-    them (``TrustMarginConfig.clean_answers``) and records the originals in the Decision.
+    The returned ``Response`` holds the chosen answer's full text as it was given (a
+    four-line RAG answer comes back whole), the RAG answer's source nodes (kept whichever
+    answer wins: they are the evidence that was weighed) and the RAG response's metadata plus
+    one reserved key, ``metadata["trustmargin"]``: the core
+    :class:`~trustmargin_integrations.schema.Decision` as a :class:`DecisionRecord` (a JSON
+    dict that reads like the Decision). Without source nodes the closed-book answer is
+    returned (``reason="no_evidence"``). Answers are passed raw; the core scores their short
+    form (``TrustMarginConfig.clean_answers``), which the Decision keeps in
+    ``direct_answer`` / ``rag_answer`` and ``answer``.
 
     Args:
         tm: the arbiter; its backend is the scorer model.
@@ -138,9 +179,9 @@ class TrustMarginArbiter:
     @staticmethod
     def _result(decision: Decision, rag: Response) -> Response:
         metadata = dict(rag.metadata or {})
-        metadata[METADATA_KEY] = decision
+        metadata[METADATA_KEY] = DecisionRecord(decision)
         dispatcher.event(TrustMarginDecisionEvent(decision=decision))
-        return Response(response=decision.answer, source_nodes=list(rag.source_nodes),
+        return Response(response=chosen_text(decision), source_nodes=list(rag.source_nodes),
                         metadata=metadata)
 
     @dispatcher.span

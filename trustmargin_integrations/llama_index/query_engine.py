@@ -28,25 +28,35 @@ from trustmargin_integrations.llama_index.retrieval import evidence_source, no_r
 from trustmargin_integrations.llama_index.tracing import capture, install_trace_collector
 from trustmargin_integrations.prompts import QUESTION_ONLY_TEMPLATE
 from trustmargin_integrations.retrieval.base import Retriever
+from trustmargin_integrations.validation import check_question
 
-__all__ = ["CLOSED_BOOK_PROMPT_KEY", "TrustMarginQueryEngine"]
+__all__ = ["CLOSED_BOOK_PROMPT_KEY", "QUESTION_VARIABLES", "TrustMarginQueryEngine"]
 
 CLOSED_BOOK_PROMPT_KEY = "closed_book_prompt"
 """The key of the closed-book prompt in ``TrustMarginQueryEngine.get_prompts()``."""
 
 
+QUESTION_VARIABLES = ("question", "query_str")
+"""The placeholders a closed-book prompt may use for the question: ours and LlamaIndex's."""
+
+
 def _as_prompt(value: Any, field: str) -> BasePromptTemplate:
-    """A closed-book prompt whose one open variable is ``{question}``."""
+    """A closed-book prompt whose one open variable is ``{question}`` or ``{query_str}``."""
     prompt = PromptTemplate(value) if isinstance(value, str) else value
     if not isinstance(prompt, BasePromptTemplate):
         raise InvalidInputError(field, f"must be a string or a prompt template, got "
                                 f"{type(value).__name__}",
                                 "pass e.g. PromptTemplate('Question: {question}\\nAnswer:')")
     open_vars = set(prompt.template_vars) - set(prompt.kwargs)
-    if open_vars != {"question"}:
+    if len(open_vars) != 1 or not open_vars <= set(QUESTION_VARIABLES):
         raise InvalidInputError(field, f"has the variables {sorted(open_vars)}",
-                                "use exactly one placeholder, {question}")
+                                "use exactly one placeholder, {question} or {query_str}")
     return prompt
+
+
+def _question_variable(prompt: BasePromptTemplate) -> str:
+    """The closed-book prompt's question placeholder (checked by :func:`_as_prompt`)."""
+    return next(v for v in QUESTION_VARIABLES if v in prompt.template_vars)
 
 
 class TrustMarginQueryEngine(BaseQueryEngine):
@@ -54,9 +64,15 @@ class TrustMarginQueryEngine(BaseQueryEngine):
 
     For each query it runs the inner engine (the RAG answer and its source nodes) and asks
     ``llm`` closed-book for the Direct answer (``aquery`` runs both concurrently), then returns
-    the :class:`TrustMarginArbiter`'s result: the chosen text, the inner engine's source nodes
-    and metadata, and ``metadata["trustmargin"]``, the core Decision. Without ``llm`` the scorer
-    model generates the Direct answer itself, inside the same model call that scores.
+    the :class:`TrustMarginArbiter`'s result: the chosen answer's full text as the inner engine
+    or ``llm`` wrote it, the inner engine's source nodes and metadata, and
+    ``metadata["trustmargin"]``, the core Decision (a JSON dict that reads like the Decision;
+    its ``answer`` is the short form that was scored). Without ``llm`` the scorer model
+    generates the Direct answer itself, inside the same model call that scores.
+
+    - A blank question, or one too long for ``llm``'s context window, is refused
+      (``InvalidInputError`` naming ``query``) before the inner engine or any LLM runs.
+    - ``retrieve()`` is the inner engine's, so retrieval-only callers keep working.
 
     - A streaming inner engine is consumed (arbitration needs the whole answer); the result is
       then a ``StreamingResponse`` / ``AsyncStreamingResponse`` yielding the chosen answer as
@@ -95,8 +111,9 @@ class TrustMarginQueryEngine(BaseQueryEngine):
         query_engine: the existing engine (e.g. ``index.as_query_engine(llm=...)``).
         tm: the arbiter.
         llm: the LLM for the closed-book answer; None lets the scorer model answer.
-        closed_book_prompt: a ``{question}`` template (string or ``PromptTemplate``) for
-            ``llm``; the paper's question-only prompt by default.
+        closed_book_prompt: a template (string or ``PromptTemplate``) for ``llm`` with one
+            placeholder, ``{question}`` or LlamaIndex's ``{query_str}``; the paper's
+            question-only prompt by default.
         include_prompts: attach rendered prompts to the Decision (None: ``tm.config``).
         callback_manager: defaults to the inner engine's.
         evidence: ``"response"``, ``"retriever"`` or ``"response_or_retriever"`` (above).
@@ -155,6 +172,25 @@ class TrustMarginQueryEngine(BaseQueryEngine):
         # Without an LLM the scorer answers with the core's fixed prompt: nothing to change.
         return {} if self.llm is None else {CLOSED_BOOK_PROMPT_KEY: self.closed_book_prompt}
 
+    def update_prompts(self, prompts_dict: PromptDictType) -> None:
+        """Update prompts by the keys :meth:`get_prompts` lists, however deeply nested.
+
+        LlamaIndex's own method splits a key at every ``:`` and so refuses the inner engine's
+        ``query_engine:response_synthesizer:text_qa_template``; here only the first ``:``
+        separates the module, and the rest goes to the inner engine as its own key.
+        """
+        own: dict[str, BasePromptTemplate] = {}
+        inner: dict[str, BasePromptTemplate] = {}
+        for key, prompt in prompts_dict.items():
+            module, nested, rest = key.partition(":")
+            if nested and module == "query_engine":
+                inner[rest] = prompt
+            else:
+                own[key] = prompt
+        super().update_prompts(own)
+        if inner:
+            self.query_engine.update_prompts(inner)
+
     def _update_prompts(self, prompts: PromptDictType) -> None:
         if CLOSED_BOOK_PROMPT_KEY not in prompts:
             return
@@ -164,18 +200,51 @@ class TrustMarginQueryEngine(BaseQueryEngine):
         self.closed_book_prompt = _as_prompt(prompts[CLOSED_BOOK_PROMPT_KEY],
                                              CLOSED_BOOK_PROMPT_KEY)
 
-    # -- the two candidates and the evidence -----------------------------------------------
+    # -- the question, the two candidates and the evidence ----------------------------------
+
+    def _check_query(self, query_bundle: QueryBundle) -> None:
+        """Refuse a blank question, or one the closed-book LLM cannot take, before the inner
+        engine or any LLM runs (a 200k-character question would otherwise be prefilled)."""
+        question = check_question(query_bundle.query_str, "query")
+        if self.llm is None:
+            return  # the scorer answers closed-book, inside the core's own window rule
+        meta = self.llm.metadata
+        room = meta.context_window - meta.num_output
+        prompt = self.closed_book_prompt.format(**{
+            _question_variable(self.closed_book_prompt): question})
+        # Counted with the scorer's tokenizer: the closed-book LLM's own is not known here;
+        # LlamaIndex packs prompts to the same metadata without the LLM's tokenizer either.
+        used = self.tm.backend.count_tokens(prompt)
+        if used > room:
+            raise InvalidInputError(
+                "query", f"makes a closed-book prompt of about {used} tokens, more than the "
+                f"{room} that llm's context window ({meta.context_window}) leaves after "
+                f"{meta.num_output} output tokens",
+                "put long documents in the index and ask a short question")
+
+    def retrieve(self, query_bundle: QueryBundle | str) -> list[NodeWithScore]:
+        """The inner engine's nodes for the query (its own ``retrieve()``); over an inner
+        engine that cannot retrieve, the evidence ``retriever``'s."""
+        if isinstance(query_bundle, str):
+            query_bundle = QueryBundle(query_bundle)
+        try:
+            return self.query_engine.retrieve(query_bundle)
+        except NotImplementedError:
+            if self.retriever is None:
+                raise
+        return self._retrieved(self.retriever.retrieve(query_bundle))
 
     def _closed_book(self, query_bundle: QueryBundle) -> str | None:
         if self.llm is None:
             return None
-        return self.llm.predict(self.closed_book_prompt, question=query_bundle.query_str)
+        question = {_question_variable(self.closed_book_prompt): query_bundle.query_str}
+        return self.llm.predict(self.closed_book_prompt, **question)
 
     async def _aclosed_book(self, query_bundle: QueryBundle) -> str | None:
         if self.llm is None:
             return None
-        return await self.llm.apredict(self.closed_book_prompt,
-                                       question=query_bundle.query_str)
+        question = {_question_variable(self.closed_book_prompt): query_bundle.query_str}
+        return await self.llm.apredict(self.closed_book_prompt, **question)
 
     async def _ainner(self, query_bundle: QueryBundle
                       ) -> tuple[Any, Any, list[dict[str, Any]] | None]:
@@ -240,6 +309,7 @@ class TrustMarginQueryEngine(BaseQueryEngine):
     # -- queries ---------------------------------------------------------------------------
 
     def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
+        self._check_query(query_bundle)
         with capture(self.trace) as trace:
             raw = self.query_engine.query(query_bundle)
             rag = resolve(raw, "query_engine.query()")
@@ -250,6 +320,7 @@ class TrustMarginQueryEngine(BaseQueryEngine):
                                                 metadata=metadata))
 
     async def _aquery(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
+        self._check_query(query_bundle)
         (raw, rag, trace), direct = await asyncio.gather(self._ainner(query_bundle),
                                                          self._aclosed_book(query_bundle))
         nodes = await self._aretrieve(query_bundle) if self._needs_retrieval(rag) else None

@@ -14,6 +14,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.llama_index.arbiter import (
     METADATA_KEY,
+    DecisionRecord,
     TrustMarginDecisionEvent,
     dispatcher,
 )
@@ -73,7 +74,7 @@ class TrustMarginRetrieverQueryEngine(BaseQueryEngine):
         dispatcher.event(TrustMarginDecisionEvent(decision=decision))
         return Response(response=decision.answer,
                         source_nodes=retrieved.nodes[:decision.passages_used],
-                        metadata={METADATA_KEY: decision})
+                        metadata={METADATA_KEY: DecisionRecord(decision)})
 
     def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
         return self._answer(query_bundle, self.retriever.retrieve(query_bundle))
