@@ -8,7 +8,7 @@ arbiter, a retriever over any project retriever, and a local LLM.
 - :class:`TrustMarginArbiter` arbitrates two answers you already have.
 - :class:`PassageRetriever` turns any project retriever (``BM25Index``,
   ``ElasticsearchRetriever``, anything with ``search(query, k)``) into a LlamaIndex retriever.
-- :class:`LocalLLM` is a LlamaIndex LLM on a project backend.
+- :class:`LocalLLM` is a LlamaIndex chat LLM on a project backend (until EOS, streamed).
 - :class:`PipelineQueryEngine` runs a project pipeline (IRCoT, FLARE, CLeHe-RAG, DTR-RAG) as
   a query engine, and :func:`build_flare_engine` sets LlamaIndex's
   ``FLAREInstructQueryEngine`` up for a small local model; ``TrustMarginQueryEngine``'s

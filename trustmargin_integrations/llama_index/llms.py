@@ -89,15 +89,15 @@ class LocalLLM(CustomLLM):
     max_new_tokens: int = Field(256, ge=1, le=8192, description="Most tokens per answer.")
     context_window: int = Field(2048, ge=16, description="Prompt budget LlamaIndex packs to.")
 
-    def model_post_init(self, context: Any, /) -> None:
-        """Refuse a backend without a local model (checked here: pydantic would wrap the
-        typed error of a field validator)."""
-        super().model_post_init(context)
-        if not all(hasattr(self.backend, name) for name in ("model", "tokenizer",
-                                                              "encode_prompt")):
-            raise InvalidInputError("backend", f"a {type(self.backend).__name__} holds no "
-                                    "local model", "pass an HFBackend, e.g. tm.backend of "
+    def __init__(self, **kwargs: Any) -> None:
+        # Checked before pydantic runs: it would wrap a validator's typed error in its own.
+        backend = kwargs.get("backend")
+        if backend is not None and not all(hasattr(backend, name) for name in (
+                "model", "tokenizer", "encode_prompt")):
+            raise InvalidInputError("backend", f"a {type(backend).__name__} holds no local "
+                                    "model", "pass an HFBackend, e.g. tm.backend of "
                                     "TrustMargin.from_pretrained()")
+        super().__init__(**kwargs)
 
     @classmethod
     def from_trustmargin(cls, tm: TrustMargin, **kwargs: Any) -> LocalLLM:
