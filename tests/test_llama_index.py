@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import llama_index.core.instrumentation as instrument
 import pytest
-from llama_index.core.base.llms.types import CompletionResponse, LLMMetadata
+from llama_index.core.base.llms.types import (
+    ChatMessage,
+    ChatResponse,
+    CompletionResponse,
+    LLMMetadata,
+)
 from llama_index.core.base.response.schema import (
     AsyncStreamingResponse,
     Response,
@@ -304,16 +309,17 @@ def test_streaming_inner_engine_sync_and_async(short_tm: TrustMargin, index: BM2
 
 
 class TimedLLM(LocalLLM):
-    """The real local LLM, logging when each async completion starts and ends."""
+    """The real local LLM, logging when each async chat call starts and ends (LocalLLM is a
+    chat model, so LlamaIndex sends it prompts as messages; the log keeps the last one)."""
 
     tag: str = "llm"
     log: Any = None  # a list shared by several LLMs (Any: pydantic would copy a list)
 
-    async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any
-                        ) -> CompletionResponse:
+    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        prompt = messages[-1].content or ""
         self.log.append((self.tag, "start", prompt))
         try:
-            return await super().acomplete(prompt, formatted, **kwargs)
+            return await super().achat(messages, **kwargs)
         finally:
             self.log.append((self.tag, "end", prompt))
 
