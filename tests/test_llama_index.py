@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import llama_index.core.instrumentation as instrument
 import pytest
-from llama_index.core.base.llms.types import CompletionResponse, LLMMetadata
+from llama_index.core.base.llms.types import (
+    ChatMessage,
+    ChatResponse,
+    CompletionResponse,
+    LLMMetadata,
+)
 from llama_index.core.base.response.schema import (
     AsyncStreamingResponse,
     Response,
@@ -42,6 +47,7 @@ from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.llama_index import (
     CLOSED_BOOK_PROMPT_KEY,
     METADATA_KEY,
+    DecisionRecord,
     LocalLLM,
     PassageRetriever,
     TrustMarginArbiter,
@@ -51,6 +57,7 @@ from trustmargin_integrations.llama_index import (
     node_to_passage,
     passage_to_node,
 )
+from trustmargin_integrations.llama_index.arbiter import chosen_text
 from trustmargin_integrations.prompts import QUESTION_ONLY_TEMPLATE
 from trustmargin_integrations.retrieval import BM25Index
 from trustmargin_integrations.schema import Decision, Passage
@@ -84,7 +91,7 @@ def short_tm(tm: TrustMargin) -> TrustMargin:
 
 @pytest.fixture(scope="module")
 def llm(short_tm: TrustMargin) -> LocalLLM:
-    return LocalLLM.from_trustmargin(short_tm)
+    return LocalLLM.from_trustmargin(short_tm, max_new_tokens=8)
 
 
 class DecisionEvents(BaseEventHandler):
@@ -154,17 +161,6 @@ def test_passage_retriever_works_over_any_project_retriever(index: BM25Index) ->
     assert err.value.field == "retriever.search(queries[0])[0]"
 
 
-def test_local_llm_completes_with_the_backend(backend: Any) -> None:
-    llm = LocalLLM(backend=backend, max_new_tokens=4)
-    assert llm.metadata.model_name == backend.model_id
-    assert llm.metadata.num_output == 4
-    prompt = "Name a colour."
-    text = llm.complete(prompt).text
-    assert text == backend.generate([backend.render_prompt(prompt)], 4)[0]
-    assert [c.text for c in llm.stream_complete(prompt)] == [text]
-    assert asyncio.run(llm.acomplete(prompt)).text == text
-
-
 # -- the response-level arbiter -------------------------------------------------------------
 
 
@@ -206,11 +202,14 @@ def test_arbiter_cleans_like_the_core(tm: TrustMargin, events: DecisionEvents) -
     assert any("rag_answer: cleaned" in w for w in decision.warnings)
     assert [(p.id, p.title, p.score) for p in decision.passages] == [
         ("bridge", "Velmora Bridge", 1.0)]
-    # The chosen text, the evidence, the caller's metadata and one reserved key.
-    assert result.response == decision.answer
+    # The chosen side's text as given, the evidence, the caller's metadata and one reserved
+    # key: the Decision as a JSON dict that reads like the Decision.
+    assert result.response == (rag if core.replay() == "rag" else direct)
     assert result.source_nodes[0] is nodes[0]
-    assert result.metadata == {"bridge": 1, METADATA_KEY: decision}
-    assert events.decisions == [decision]
+    assert isinstance(decision, DecisionRecord)
+    assert result.metadata == {"bridge": 1,
+                               METADATA_KEY: decision.decision.model_dump(mode="json")}
+    assert events.decisions == [decision.decision]
 
 
 def test_arbiter_without_evidence_keeps_the_closed_book_answer(tm: TrustMargin) -> None:
@@ -218,12 +217,12 @@ def test_arbiter_without_evidence_keeps_the_closed_book_answer(tm: TrustMargin) 
     result = arbiter.arbitrate("Who designed it?", "Gustave Eiffel.", "Tomas Rilke",
                                source_nodes=[])
     decision = result.metadata[METADATA_KEY]
-    assert (decision.reason, decision.source, result.response) == (
-        "no_evidence", "direct", "Gustave Eiffel")
+    assert (decision.reason, decision.source, decision.answer, result.response) == (
+        "no_evidence", "direct", "Gustave Eiffel", "Gustave Eiffel.")
     via_async = asyncio.run(arbiter.aarbitrate("Who designed it?", "Gustave Eiffel.",
                                                Response("Tomas Rilke")))
     assert via_async.metadata[METADATA_KEY].reason == "no_evidence"
-    assert via_async.response == "Gustave Eiffel"
+    assert via_async.response == "Gustave Eiffel."
 
 
 async def _stream(text: str) -> Any:
@@ -268,7 +267,7 @@ def test_query_engine_keeps_nodes_and_dispatches_the_decision(
     response = engine.query(QUESTION)
     assert isinstance(response, Response)
     decision = response.metadata[METADATA_KEY]
-    assert response.response == decision.answer
+    assert response.response == chosen_text(decision.decision)
     retrieved = retriever.retrieve(QUESTION)
     assert [(n.node.node_id, n.score) for n in response.source_nodes] == [
         (n.node.node_id, n.score) for n in retrieved]
@@ -277,7 +276,7 @@ def test_query_engine_keeps_nodes_and_dispatches_the_decision(
     assert response.metadata["quenby"] == {"title": "Quenby"}
     assert not decision.rag_generated and not decision.direct_generated
     # The instrumentation bus carried the very Decision the response holds, inside a span.
-    assert len(events.decisions) == 1 and events.decisions[0] is decision
+    assert len(events.decisions) == 1 and events.decisions[0] is decision.decision
     assert events.span_ids[0] is not None
 
 
@@ -291,7 +290,7 @@ def test_streaming_inner_engine_sync_and_async(short_tm: TrustMargin, index: BM2
     sync = engine.query(QUESTION)
     assert isinstance(sync, StreamingResponse)
     decision = sync.metadata[METADATA_KEY]
-    assert "".join(sync.response_gen) == decision.answer == str(sync)
+    assert "".join(sync.response_gen) == chosen_text(decision.decision) == str(sync)
 
     async def run() -> tuple[Any, str]:
         response = await engine.aquery(QUESTION)
@@ -299,7 +298,7 @@ def test_streaming_inner_engine_sync_and_async(short_tm: TrustMargin, index: BM2
 
     via_async, text = asyncio.run(run())
     assert isinstance(via_async, AsyncStreamingResponse)
-    assert via_async.metadata[METADATA_KEY].answer == text
+    assert chosen_text(via_async.metadata[METADATA_KEY].decision) == text
     for response in (sync, via_async):
         d = response.metadata[METADATA_KEY]
         # The stream was consumed: the RAG candidate is the inner engine's full answer.
@@ -310,16 +309,17 @@ def test_streaming_inner_engine_sync_and_async(short_tm: TrustMargin, index: BM2
 
 
 class TimedLLM(LocalLLM):
-    """The real local LLM, logging when each async completion starts and ends."""
+    """The real local LLM, logging when each async chat call starts and ends (LocalLLM is a
+    chat model, so LlamaIndex sends it prompts as messages; the log keeps the last one)."""
 
     tag: str = "llm"
     log: Any = None  # a list shared by several LLMs (Any: pydantic would copy a list)
 
-    async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any
-                        ) -> CompletionResponse:
+    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        prompt = messages[-1].content or ""
         self.log.append((self.tag, "start", prompt))
         try:
-            return await super().acomplete(prompt, formatted, **kwargs)
+            return await super().achat(messages, **kwargs)
         finally:
             self.log.append((self.tag, "end", prompt))
 
@@ -413,9 +413,9 @@ def test_router_query_engine_answers_when_retrieval_finds_nothing(
     decision = response.metadata[METADATA_KEY]
     assert response.metadata["selector_result"].ind == 0
     assert (decision.reason, decision.source) == ("no_evidence", "direct")
-    assert response.response == decision.answer and decision.answer
+    assert response.response == chosen_text(decision.decision) and decision.answer
     assert response.source_nodes == [] and decision.m is None
-    assert events.decisions == [decision]
+    assert events.decisions == [decision.decision]
 
 
 def test_sub_question_engine_answers_when_retrieval_finds_nothing(
@@ -433,7 +433,7 @@ def test_sub_question_engine_answers_when_retrieval_finds_nothing(
     decision = events.decisions[0]
     assert (decision.question, decision.reason) == (UNANSWERABLE, "no_evidence")
     texts = [n.node.get_content() for n in response.source_nodes]
-    assert f"Sub question: {UNANSWERABLE}\nResponse: {decision.answer}" in texts
+    assert f"Sub question: {UNANSWERABLE}\nResponse: {chosen_text(decision)}" in texts
     assert response.response
 
 
@@ -456,7 +456,8 @@ def test_retriever_query_engine_is_the_core_pipeline(
         assert decision.passages == core.passages
         assert [n.node.node_id for n in response.source_nodes] == [p.id for p in core.passages]
         assert response.response == decision.answer
-    assert events.decisions == [r.metadata[METADATA_KEY] for r in (over_project, over_llama)]
+    assert events.decisions == [r.metadata[METADATA_KEY].decision
+                                for r in (over_project, over_llama)]
 
     empty = TrustMarginRetrieverQueryEngine(index, short_tm).query(UNANSWERABLE)
     assert empty.metadata[METADATA_KEY].reason == "no_evidence"

@@ -293,7 +293,7 @@ def test_flare_wrapping_scores_against_the_question_top_k(
     raw = flare.query(BRIDGE)  # FLARE alone, for comparison (greedy: deterministic)
     engine = TrustMarginQueryEngine(flare, tm, evidence="retriever", trace=True)
     response = engine.query(BRIDGE)
-    decision = response.metadata[METADATA_KEY]
+    decision = response.metadata[METADATA_KEY].decision
     assert isinstance(decision, Decision)
     scored_or_settled(decision)
     assert decision.rag_answer == clean_answer(raw.response or "")

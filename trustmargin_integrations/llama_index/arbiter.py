@@ -1,0 +1,233 @@
+"""The response-level arbiter: (query, closed-book, RAG) -> a ``Response`` with the Decision,
+and the decision event it dispatches on LlamaIndex's instrumentation bus."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import llama_index.core.instrumentation as instrument
+from llama_index.core.base.response.schema import (
+    RESPONSE_TYPE,
+    PydanticResponse,
+    Response,
+    StreamingResponse,
+)
+from llama_index.core.instrumentation.events.base import BaseEvent
+from llama_index.core.schema import NodeWithScore, QueryBundle
+
+from trustmargin_integrations.arbiter import PreparedQuestion, TrustMargin
+from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.llama_index.nodes import node_to_passage
+from trustmargin_integrations.llama_index.responses import aresolve, resolve
+from trustmargin_integrations.schema import Decision
+
+__all__ = ["METADATA_KEY", "DecisionRecord", "TrustMarginArbiter", "TrustMarginDecisionEvent",
+           "chosen_text", "dispatcher"]
+
+dispatcher = instrument.get_dispatcher("trustmargin_integrations.llama_index")
+"""The adapter's one dispatcher: its spans and decision events, whichever module sends them."""
+
+METADATA_KEY = "trustmargin"
+"""The one key of ``Response.metadata`` this adapter writes: the :class:`Decision`."""
+
+
+class TrustMarginDecisionEvent(BaseEvent):
+    """Instrumentation event dispatched once per arbitration, carrying the core Decision.
+
+    Register a ``BaseEventHandler`` on ``llama_index.core.instrumentation.get_dispatcher()``
+    to log or monitor decisions (source, margins, warnings) without touching responses.
+    """
+
+    decision: Decision
+
+    @classmethod
+    def class_name(cls) -> str:
+        """Event name, as LlamaIndex handlers see it."""
+        return "TrustMarginDecisionEvent"
+
+
+def chosen_text(decision: Decision) -> str:
+    """The chosen side's text as the user's engine or LLM produced it (not its short form).
+
+    The Decision keeps the cleaned short form in ``answer`` (what was scored and what the
+    audit compares); the caller gets back the full text it would have got without
+    TrustMargin. The core is adding the full text of each side to the Decision; until that
+    lands it is the raw text, which the Decision keeps only when cleaning changed it. At the
+    merge, switch this one function to the Decision's new fields.
+    """
+    if decision.replay() == "rag":
+        return decision.rag_raw or decision.rag_answer
+    return decision.direct_raw or decision.direct_answer
+
+
+class DecisionRecord(dict[str, Any]):
+    """A :class:`Decision` as ``Response.metadata["trustmargin"]``: its JSON form as a dict,
+    so ``json.dumps(response.metadata)`` works, which also answers every attribute and method
+    of the Decision (``record.source``, ``record.m``, ``record.replay()``).
+
+    ``record.decision`` is the Decision itself (the object the decision event carries).
+    """
+
+    def __init__(self, decision: Decision) -> None:
+        super().__init__(decision.model_dump(mode="json"))
+        self.decision = decision
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names the dict does not have; private names are refused so that
+        # copy and pickle, which probe for them before __init__ state exists, do not recurse.
+        if name.startswith("_") or name == "decision":
+            raise AttributeError(name)
+        return getattr(self.decision, name)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (DecisionRecord, (self.decision,))
+
+
+def _rag_response(rag: Any, source_nodes: Sequence[NodeWithScore] | None) -> Response:
+    """The RAG side as a ``Response`` holding the evidence nodes, each checked."""
+    if isinstance(rag, Response):
+        rag_response = rag
+    elif rag is None or isinstance(rag, str):
+        rag_response = Response(response=rag)
+    else:
+        raise InvalidInputError("rag", f"must be a Response or a string, got "
+                                f"{type(rag).__name__}",
+                                "pass the query engine's Response (or its text)")
+    if source_nodes is not None:
+        rag_response = Response(rag_response.response, list(source_nodes), rag_response.metadata)
+    nodes_field = "rag.source_nodes" if source_nodes is None else "source_nodes"
+    for i, node in enumerate(rag_response.source_nodes):
+        if not isinstance(node, NodeWithScore):
+            raise InvalidInputError(f"{nodes_field}[{i}]",
+                                    f"must be a NodeWithScore, got {type(node).__name__}",
+                                    "pass the nodes a LlamaIndex retriever returns")
+    if rag_response.metadata and METADATA_KEY in rag_response.metadata:
+        raise InvalidInputError(f"rag.metadata[{METADATA_KEY!r}]", "is already set",
+                                "pass the inner engine's response, not one TrustMargin "
+                                "has already arbitrated")
+    return rag_response
+
+
+class TrustMarginArbiter:
+    """Arbitrates two answers you already have: (query, closed-book, RAG) -> ``Response``.
+
+    Named an *arbiter*, not a postprocessor, because it is not a LlamaIndex node postprocessor
+    and cannot be one: node postprocessors run before the answer exists, and this class
+    decides between answers. Putting it in ``node_postprocessors=[...]`` fails when the engine
+    is built (see ``callback_manager``). To arbitrate inside an engine, wrap the engine with
+    :class:`~trustmargin_integrations.llama_index.TrustMarginQueryEngine`.
+
+    The returned ``Response`` holds the chosen answer's full text as it was given (a
+    four-line RAG answer comes back whole), the RAG answer's source nodes (kept whichever
+    answer wins: they are the evidence that was weighed) and the RAG response's metadata plus
+    one reserved key, ``metadata["trustmargin"]``: the core
+    :class:`~trustmargin_integrations.schema.Decision` as a :class:`DecisionRecord` (a JSON
+    dict that reads like the Decision). Without source nodes the closed-book answer is
+    returned (``reason="no_evidence"``). Answers are passed raw; the core scores their short
+    form (``TrustMarginConfig.clean_answers``), which the Decision keeps in
+    ``direct_answer`` / ``rag_answer`` and ``answer``.
+
+    Args:
+        tm: the arbiter; its backend is the scorer model.
+        include_prompts: attach rendered prompts to the Decision (None: ``tm.config``).
+    """
+
+    def __init__(self, tm: TrustMargin, *, include_prompts: bool | None = None) -> None:
+        self.tm = tm
+        self.include_prompts = include_prompts
+
+    def _refuse_node_postprocessor_role(self, _value: Any) -> None:
+        raise InvalidInputError(
+            "node_postprocessors", "contains a TrustMarginArbiter, which arbitrates answers, "
+            "not nodes (node postprocessors run before any answer exists)",
+            "wrap the engine instead: TrustMarginQueryEngine(query_engine, tm)")
+
+    # LlamaIndex engines assign ``callback_manager`` to every node postprocessor when they are
+    # built; refusing it turns a misplaced arbiter into a clear error at build time instead of
+    # an AttributeError at the first query.
+    callback_manager = property(fset=_refuse_node_postprocessor_role,
+                                doc="Not settable: this is not a node postprocessor.")
+
+    def _prepare(
+        self,
+        query: str | QueryBundle,
+        direct: Any,
+        rag: Any,
+        source_nodes: Sequence[NodeWithScore] | None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> tuple[PreparedQuestion, Response]:
+        """The core's prepared question (validated under LlamaIndex's argument names) and the
+        RAG response it came from."""
+        rag_response = _rag_response(rag, source_nodes)
+        nodes_field = "rag.source_nodes" if source_nodes is None else "source_nodes"
+        if isinstance(direct, Response):
+            direct = direct.response or ""
+        item = {"question": query.query_str if isinstance(query, QueryBundle) else query,
+                "passages": [node_to_passage(n) for n in rag_response.source_nodes],
+                "direct_answer": direct, "rag_answer": rag_response.response,
+                "metadata": metadata}
+        # Prepared once, so that core errors name the LlamaIndex arguments.
+        prepared = self.tm.prepare(item, names={"question": "query", "passages": nodes_field,
+                                                "direct_answer": "direct", "rag_answer": "rag"})
+        return prepared, rag_response
+
+    def _decide(self, prepared: PreparedQuestion) -> Decision:
+        return self.tm.arbitrate_batch([prepared], include_prompts=self.include_prompts)[0]
+
+    @staticmethod
+    def _result(decision: Decision, rag: Response) -> Response:
+        metadata = dict(rag.metadata or {})
+        metadata[METADATA_KEY] = DecisionRecord(decision)
+        dispatcher.event(TrustMarginDecisionEvent(decision=decision))
+        return Response(response=chosen_text(decision), source_nodes=list(rag.source_nodes),
+                        metadata=metadata)
+
+    @dispatcher.span
+    def arbitrate(
+        self,
+        query: str | QueryBundle,
+        direct: Response | StreamingResponse | str | None,
+        rag: Response | StreamingResponse | PydanticResponse | str | None,
+        *,
+        source_nodes: Sequence[NodeWithScore] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Response:
+        """Arbitrate and return the chosen answer as a ``Response``.
+
+        Args:
+            query: the user's question.
+            direct: the closed-book answer (a response or its text); None lets the scorer
+                model generate it with the paper's question-only prompt.
+            rag: the retrieved-context answer; a response carries its source nodes, a string
+                takes them from ``source_nodes``; None lets the scorer model generate it.
+            source_nodes: the evidence, when not taken from ``rag`` (empty: no evidence, the
+                closed-book answer is kept).
+            metadata: JSON data copied to the Decision's ``metadata`` (the audit record),
+                e.g. what the inner engine did.
+
+        Raises:
+            InvalidInputError: naming the argument (``query``, ``direct``, ``rag``,
+                ``rag.source_nodes[2]``...) and the fix.
+        """
+        item, rag_response = self._prepare(query, resolve(direct, "direct"),
+                                           resolve(rag, "rag"), source_nodes, metadata)
+        return self._result(self._decide(item), rag_response)
+
+    @dispatcher.span
+    async def aarbitrate(
+        self,
+        query: str | QueryBundle,
+        direct: RESPONSE_TYPE | str | None,
+        rag: RESPONSE_TYPE | str | None,
+        *,
+        source_nodes: Sequence[NodeWithScore] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Response:
+        """Async :meth:`arbitrate` (also takes ``AsyncStreamingResponse``); scoring runs in a
+        worker thread so the event loop stays free."""
+        item, rag_response = self._prepare(query, await aresolve(direct, "direct"),
+                                           await aresolve(rag, "rag"), source_nodes, metadata)
+        decision = await asyncio.to_thread(self._decide, item)
+        return self._result(decision, rag_response)

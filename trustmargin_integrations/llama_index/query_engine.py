@@ -1,0 +1,329 @@
+"""The query-engine wrapper: any LlamaIndex query engine, arbitrated."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from llama_index.core.base.base_query_engine import BaseQueryEngine
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.base.response.schema import RESPONSE_TYPE, Response
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.llms import LLM
+from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
+from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
+from llama_index.core.schema import NodeWithScore, QueryBundle
+
+from trustmargin_integrations.arbiter import TrustMargin
+from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.llama_index.arbiter import TrustMarginArbiter
+from trustmargin_integrations.llama_index.nodes import node_ref
+from trustmargin_integrations.llama_index.pipeline_engine import (
+    PIPELINE_METADATA_KEY,
+    PipelineQueryEngine,
+)
+from trustmargin_integrations.llama_index.responses import aresolve, like, resolve
+from trustmargin_integrations.llama_index.retrieval import evidence_source, no_retrieve_error
+from trustmargin_integrations.llama_index.tracing import capture, install_trace_collector
+from trustmargin_integrations.prompts import QUESTION_ONLY_TEMPLATE
+from trustmargin_integrations.retrieval.base import Retriever
+from trustmargin_integrations.validation import check_question
+
+__all__ = ["CLOSED_BOOK_PROMPT_KEY", "QUESTION_VARIABLES", "TrustMarginQueryEngine"]
+
+CLOSED_BOOK_PROMPT_KEY = "closed_book_prompt"
+"""The key of the closed-book prompt in ``TrustMarginQueryEngine.get_prompts()``."""
+
+
+QUESTION_VARIABLES = ("question", "query_str")
+"""The placeholders a closed-book prompt may use for the question: ours and LlamaIndex's."""
+
+
+def _as_prompt(value: Any, field: str) -> BasePromptTemplate:
+    """A closed-book prompt whose one open variable is ``{question}`` or ``{query_str}``."""
+    prompt = PromptTemplate(value) if isinstance(value, str) else value
+    if not isinstance(prompt, BasePromptTemplate):
+        raise InvalidInputError(field, f"must be a string or a prompt template, got "
+                                f"{type(value).__name__}",
+                                "pass e.g. PromptTemplate('Question: {question}\\nAnswer:')")
+    open_vars = set(prompt.template_vars) - set(prompt.kwargs)
+    if len(open_vars) != 1 or not open_vars <= set(QUESTION_VARIABLES):
+        raise InvalidInputError(field, f"has the variables {sorted(open_vars)}",
+                                "use exactly one placeholder, {question} or {query_str}")
+    return prompt
+
+
+def _question_variable(prompt: BasePromptTemplate) -> str:
+    """The closed-book prompt's question placeholder (checked by :func:`_as_prompt`)."""
+    return next(v for v in QUESTION_VARIABLES if v in prompt.template_vars)
+
+
+class TrustMarginQueryEngine(BaseQueryEngine):
+    """A drop-in wrapper around any query engine that arbitrates its answer.
+
+    For each query it runs the inner engine (the RAG answer and its source nodes) and asks
+    ``llm`` closed-book for the Direct answer (``aquery`` runs both concurrently), then returns
+    the :class:`TrustMarginArbiter`'s result: the chosen answer's full text as the inner engine
+    or ``llm`` wrote it, the inner engine's source nodes and metadata, and
+    ``metadata["trustmargin"]``, the core Decision (a JSON dict that reads like the Decision;
+    its ``answer`` is the short form that was scored). Without ``llm`` the scorer model
+    generates the Direct answer itself, inside the same model call that scores.
+
+    - A blank question, or one too long for ``llm``'s context window, is refused
+      (``InvalidInputError`` naming ``query``) before the inner engine or any LLM runs.
+    - ``retrieve()`` is the inner engine's, so retrieval-only callers keep working.
+
+    - A streaming inner engine is consumed (arbitration needs the whole answer); the result is
+      then a ``StreamingResponse`` / ``AsyncStreamingResponse`` yielding the chosen answer as
+      one chunk, so streaming callers keep working.
+    - When the inner engine returns no source nodes (retrieval found nothing), the closed-book
+      answer is returned with ``reason="no_evidence"`` instead of an error, so routers,
+      sub-question engines and agents using this engine as a tool keep going.
+    - The closed-book prompt is a LlamaIndex prompt (``get_prompts()["closed_book_prompt"]``,
+      changeable with ``update_prompts``) when ``llm`` is given; the inner engine's prompts
+      appear under ``query_engine:...``.
+
+    Multi-step engines (LlamaIndex's ``FLAREInstructQueryEngine``, a
+    :class:`PipelineQueryEngine` over IRCoT...) answer from passages they gathered along the
+    way, and may return none at all (FLARE returns only the nodes of its own sub-queries). The
+    ``evidence`` option says what the answer is scored against:
+
+    - ``"response"`` (default): the inner response's source nodes; none means
+      ``no_evidence``, the closed-book answer.
+    - ``"retriever"``: the question's top-``k`` nodes from ``retriever`` (or, when it is
+      None, from the inner engine's own ``retrieve()``, which FLARE and
+      ``RetrieverQueryEngine`` provide), as in the paper: every RAG-side answer is judged on
+      the passages BM25-RAG would use. The response then carries these nodes.
+    - ``"response_or_retriever"``: the inner response's nodes, the retriever's when it has
+      none.
+
+    With ``evidence`` other than ``"response"`` or ``trace=True`` the Decision's
+    ``metadata["query_engine"]`` records what the inner engine did: its class, its raw
+    answer, its own source nodes (id, title, score), which evidence was scored and, with
+    ``trace=True``, the LlamaIndex instrumentation events of the inner query in order
+    (every ``llm.predict`` with its template arguments and output, e.g. FLARE's look-ahead
+    sentences; every retrieval and sub-query with its nodes; strings over 500 characters
+    are cut and say so). Over a :class:`PipelineQueryEngine`, ``metadata["pipeline"]`` is
+    the pipeline's trace.
+
+    Args:
+        query_engine: the existing engine (e.g. ``index.as_query_engine(llm=...)``).
+        tm: the arbiter.
+        llm: the LLM for the closed-book answer; None lets the scorer model answer.
+        closed_book_prompt: a template (string or ``PromptTemplate``) for ``llm`` with one
+            placeholder, ``{question}`` or LlamaIndex's ``{query_str}``; the paper's
+            question-only prompt by default.
+        include_prompts: attach rendered prompts to the Decision (None: ``tm.config``).
+        callback_manager: defaults to the inner engine's.
+        evidence: ``"response"``, ``"retriever"`` or ``"response_or_retriever"`` (above).
+        retriever: the evidence retriever for the last two: a LlamaIndex retriever or a
+            project retriever (wrapped in a :class:`PassageRetriever` of ``k`` nodes).
+        k: at most this many evidence nodes from the retriever (default: all a LlamaIndex
+            retriever returns; ``tm.config.top_k`` for a project retriever).
+        trace: record the inner engine's instrumentation events in the Decision.
+    """
+
+    def __init__(
+        self,
+        query_engine: BaseQueryEngine,
+        tm: TrustMargin,
+        llm: LLM | None = None,
+        *,
+        closed_book_prompt: str | BasePromptTemplate | None = None,
+        include_prompts: bool | None = None,
+        callback_manager: CallbackManager | None = None,
+        evidence: str = "response",
+        retriever: BaseRetriever | Retriever | None = None,
+        k: int | None = None,
+        trace: bool = False,
+    ) -> None:
+        if not isinstance(query_engine, BaseQueryEngine):
+            raise InvalidInputError("query_engine", f"is a {type(query_engine).__name__}",
+                                    "pass a LlamaIndex query engine, e.g. "
+                                    "index.as_query_engine()")
+        if llm is None and closed_book_prompt is not None:
+            raise InvalidInputError("closed_book_prompt", "is only used with llm=...",
+                                    "pass the LLM to ask closed-book, or drop the prompt (the "
+                                    "scorer model answers with the paper's prompt)")
+        self.query_engine = query_engine
+        self.llm = llm
+        self.closed_book_prompt = _as_prompt(closed_book_prompt or QUESTION_ONLY_TEMPLATE,
+                                             "closed_book_prompt")
+        self.arbiter = TrustMarginArbiter(tm, include_prompts=include_prompts)
+        self.evidence, self.retriever, self.k = evidence_source(evidence, retriever, k,
+                                                                tm.config.top_k)
+        self.trace = bool(trace)
+        if self.trace:
+            install_trace_collector()
+        super().__init__(callback_manager or getattr(query_engine, "callback_manager", None))
+
+    @property
+    def tm(self) -> TrustMargin:
+        """The arbiter."""
+        return self.arbiter.tm
+
+    # -- prompts ---------------------------------------------------------------------------
+
+    def _get_prompt_modules(self) -> PromptMixinType:
+        return {"query_engine": self.query_engine}
+
+    def _get_prompts(self) -> PromptDictType:
+        # Without an LLM the scorer answers with the core's fixed prompt: nothing to change.
+        return {} if self.llm is None else {CLOSED_BOOK_PROMPT_KEY: self.closed_book_prompt}
+
+    def update_prompts(self, prompts_dict: PromptDictType) -> None:
+        """Update prompts by the keys :meth:`get_prompts` lists, however deeply nested.
+
+        LlamaIndex's own method splits a key at every ``:`` and so refuses the inner engine's
+        ``query_engine:response_synthesizer:text_qa_template``; here only the first ``:``
+        separates the module, and the rest goes to the inner engine as its own key.
+        """
+        own: dict[str, BasePromptTemplate] = {}
+        inner: dict[str, BasePromptTemplate] = {}
+        for key, prompt in prompts_dict.items():
+            module, nested, rest = key.partition(":")
+            if nested and module == "query_engine":
+                inner[rest] = prompt
+            else:
+                own[key] = prompt
+        super().update_prompts(own)
+        if inner:
+            self.query_engine.update_prompts(inner)
+
+    def _update_prompts(self, prompts: PromptDictType) -> None:
+        if CLOSED_BOOK_PROMPT_KEY not in prompts:
+            return
+        if self.llm is None:
+            raise InvalidInputError(CLOSED_BOOK_PROMPT_KEY, "is only used with llm=...",
+                                    "build the engine with the LLM to ask closed-book")
+        self.closed_book_prompt = _as_prompt(prompts[CLOSED_BOOK_PROMPT_KEY],
+                                             CLOSED_BOOK_PROMPT_KEY)
+
+    # -- the question, the two candidates and the evidence ----------------------------------
+
+    def _check_query(self, query_bundle: QueryBundle) -> None:
+        """Refuse a blank question, or one the closed-book LLM cannot take, before the inner
+        engine or any LLM runs (a 200k-character question would otherwise be prefilled)."""
+        question = check_question(query_bundle.query_str, "query")
+        if self.llm is None:
+            return  # the scorer answers closed-book, inside the core's own window rule
+        meta = self.llm.metadata
+        room = meta.context_window - meta.num_output
+        prompt = self.closed_book_prompt.format(**{
+            _question_variable(self.closed_book_prompt): question})
+        # Counted with the scorer's tokenizer: the closed-book LLM's own is not known here;
+        # LlamaIndex packs prompts to the same metadata without the LLM's tokenizer either.
+        used = self.tm.backend.count_tokens(prompt)
+        if used > room:
+            raise InvalidInputError(
+                "query", f"makes a closed-book prompt of about {used} tokens, more than the "
+                f"{room} that llm's context window ({meta.context_window}) leaves after "
+                f"{meta.num_output} output tokens",
+                "put long documents in the index and ask a short question")
+
+    def retrieve(self, query_bundle: QueryBundle | str) -> list[NodeWithScore]:
+        """The inner engine's nodes for the query (its own ``retrieve()``); over an inner
+        engine that cannot retrieve, the evidence ``retriever``'s."""
+        if isinstance(query_bundle, str):
+            query_bundle = QueryBundle(query_bundle)
+        try:
+            return self.query_engine.retrieve(query_bundle)
+        except NotImplementedError:
+            if self.retriever is None:
+                raise
+        return self._retrieved(self.retriever.retrieve(query_bundle))
+
+    def _closed_book(self, query_bundle: QueryBundle) -> str | None:
+        if self.llm is None:
+            return None
+        question = {_question_variable(self.closed_book_prompt): query_bundle.query_str}
+        return self.llm.predict(self.closed_book_prompt, **question)
+
+    async def _aclosed_book(self, query_bundle: QueryBundle) -> str | None:
+        if self.llm is None:
+            return None
+        question = {_question_variable(self.closed_book_prompt): query_bundle.query_str}
+        return await self.llm.apredict(self.closed_book_prompt, **question)
+
+    async def _ainner(self, query_bundle: QueryBundle
+                      ) -> tuple[Any, Any, list[dict[str, Any]] | None]:
+        """The inner engine's raw response, its text streamed to the end, and its trace."""
+        # Set inside this task, whose context is its own: the concurrent closed-book call
+        # is not recorded.
+        with capture(self.trace) as trace:
+            raw = await self.query_engine.aquery(query_bundle)
+            rag = await aresolve(raw, "query_engine.aquery()")
+        return raw, rag, None if trace is None else trace.steps
+
+    def _needs_retrieval(self, rag: Any) -> bool:
+        if self.evidence == "response":
+            return False
+        return self.evidence == "retriever" or not getattr(rag, "source_nodes", None)
+
+    def _retrieved(self, nodes: Sequence[NodeWithScore]) -> list[NodeWithScore]:
+        return list(nodes) if self.k is None else list(nodes)[:self.k]
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        """The question's top nodes: from ``retriever``, else from the inner engine."""
+        if self.retriever is not None:
+            return self._retrieved(self.retriever.retrieve(query_bundle))
+        try:
+            return self._retrieved(self.query_engine.retrieve(query_bundle))
+        except NotImplementedError:
+            raise no_retrieve_error(self.query_engine) from None
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        if self.retriever is not None:
+            return self._retrieved(await self.retriever.aretrieve(query_bundle))
+        aretrieve = getattr(self.query_engine, "aretrieve", None)
+        try:
+            nodes = (await aretrieve(query_bundle) if aretrieve is not None
+                     else await asyncio.to_thread(self.query_engine.retrieve, query_bundle))
+        except NotImplementedError:
+            raise no_retrieve_error(self.query_engine) from None
+        return self._retrieved(nodes)
+
+    def _record(self, rag: Any, retrieved: bool, trace: list[dict[str, Any]] | None
+                ) -> dict[str, Any] | None:
+        """What goes into the Decision's metadata about the inner engine (None: nothing)."""
+        out: dict[str, Any] = {}
+        if self.trace or self.evidence != "response":
+            response = rag if isinstance(rag, Response) else None
+            inner: dict[str, Any] = {
+                "engine": type(self.query_engine).__name__,
+                "answer": response.response if response is not None else rag,
+                "source_nodes": ([node_ref(n) for n in response.source_nodes]
+                                 if response is not None else []),
+                "evidence": "retriever" if retrieved else "response",
+            }
+            if trace is not None:
+                inner["trace"] = trace
+            out["query_engine"] = inner
+        if isinstance(self.query_engine, PipelineQueryEngine) and isinstance(rag, Response):
+            pipeline = (rag.metadata or {}).get(PIPELINE_METADATA_KEY)
+            if isinstance(pipeline, Mapping):
+                out[PIPELINE_METADATA_KEY] = dict(pipeline)
+        return out or None
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
+        self._check_query(query_bundle)
+        with capture(self.trace) as trace:
+            raw = self.query_engine.query(query_bundle)
+            rag = resolve(raw, "query_engine.query()")
+        direct = self._closed_book(query_bundle)
+        nodes = self._retrieve(query_bundle) if self._needs_retrieval(rag) else None
+        metadata = self._record(rag, nodes is not None, None if trace is None else trace.steps)
+        return like(raw, self.arbiter.arbitrate(query_bundle, direct, rag, source_nodes=nodes,
+                                                metadata=metadata))
+
+    async def _aquery(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
+        self._check_query(query_bundle)
+        (raw, rag, trace), direct = await asyncio.gather(self._ainner(query_bundle),
+                                                         self._aclosed_book(query_bundle))
+        nodes = await self._aretrieve(query_bundle) if self._needs_retrieval(rag) else None
+        metadata = self._record(rag, nodes is not None, trace)
+        return like(raw, await self.arbiter.aarbitrate(query_bundle, direct, rag,
+                                                       source_nodes=nodes, metadata=metadata))
