@@ -8,7 +8,6 @@ first-line stop belongs to the arbiter's own candidates only; these models answe
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -63,36 +62,23 @@ def prompt_ids(backend: Any, rendered: str, max_new_tokens: int, field: str
 def stream_greedy(backend: Any, ids: list[int], max_new_tokens: int,
                   stop: Sequence[str] | None = None) -> Iterator[str]:
     """Greedy decoding of ``ids`` as text pieces, until EOS, a stop sequence (left out of the
-    text) or ``max_new_tokens``.
+    text) or ``max_new_tokens``: a chat answer runs on past its first line (the first-line
+    stop belongs to the paper's candidates only).
 
-    The backend's ``generate`` ends at the first complete answer line (the paper's
-    candidates), which a chat answer must not. Until the backends offer a public
-    ``generate(prompts, max_new_tokens, *, stop=None)`` this one function drives the HF
-    model through the backend's model, tokenizer and lock; switch it there at merge. The
-    lock is taken per forward pass, not across yields, so an abandoned or async stream
-    never holds the model.
+    Drives the backend's public token-level decoding (``greedy_tokens``, which takes the
+    model's lock per forward pass, never across a yield, so an abandoned or async stream
+    never holds the model).
     """
-    import torch
-    from transformers import DynamicCache
-
-    model, tokenizer = backend.model, backend.tokenizer
-    eos = {tokenizer.eos_token_id, *_as_list(model.generation_config.eos_token_id)} - {None}
-    cache_arg = ("cache" if "cache" in inspect.signature(model.forward).parameters
-                 else "past_key_values")
     stops = [s for s in stop or [] if s]
     # Text that could still become a stop sequence is held back until it cannot.
     hold = max((len(s) for s in stops), default=1) - 1
-    cache, feed = DynamicCache(), torch.tensor([ids], device=backend.device)
     generated: list[int] = []
     sent, text = 0, ""
-    for _ in range(max_new_tokens):
-        with backend._lock, torch.inference_mode():
-            logits = model(input_ids=feed, use_cache=True, **{cache_arg: cache}).logits
-        token = int(logits[0, -1].argmax())
-        if token in eos:
+    for token in backend.greedy_tokens(ids, max_new_tokens):
+        if token in backend.eos_token_ids:
             break
         generated.append(token)
-        text = tokenizer.decode(generated, skip_special_tokens=True)
+        text = backend.decode_tokens(generated)
         cut = min((i for i in (text.find(s) for s in stops) if i != -1), default=-1)
         if cut != -1:
             yield text[sent:cut]
@@ -102,13 +88,8 @@ def stream_greedy(backend: Any, ids: list[int], max_new_tokens: int,
         if ready > sent:
             yield text[sent:ready]
             sent = ready
-        feed = torch.tensor([[token]], device=backend.device)
     if len(text) > sent:
         yield text[sent:]
-
-
-def _as_list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else [value]
 
 
 class _LocalModel:

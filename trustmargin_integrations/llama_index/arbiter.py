@@ -49,17 +49,10 @@ class TrustMarginDecisionEvent(BaseEvent):
 
 
 def chosen_text(decision: Decision) -> str:
-    """The chosen side's text as the user's engine or LLM produced it (not its short form).
-
-    The Decision keeps the cleaned short form in ``answer`` (what was scored and what the
-    audit compares); the caller gets back the full text it would have got without
-    TrustMargin. The core is adding the full text of each side to the Decision; until that
-    lands it is the raw text, which the Decision keeps only when cleaning changed it. At the
-    merge, switch this one function to the Decision's new fields.
-    """
-    if decision.replay() == "rag":
-        return decision.rag_raw or decision.rag_answer
-    return decision.direct_raw or decision.direct_answer
+    """The chosen side's text as the user's engine or LLM produced it: ``Decision.answer``,
+    which the core fills with a given candidate's whole text (its short form is what was
+    scored, in ``direct_answer`` / ``rag_answer``)."""
+    return decision.answer
 
 
 class DecisionRecord(dict[str, Any]):

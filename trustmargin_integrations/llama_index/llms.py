@@ -38,22 +38,21 @@ _T = TypeVar("_T")
 
 def _generate_until_eos(backend: Any, prompt: str, max_new_tokens: int,
                         streamer: Any = None) -> str:
-    """Greedy generation of ``prompt`` (already rendered) until EOS or ``max_new_tokens``:
-    the one place that drives the Hugging Face model directly.
+    """Greedy generation of ``prompt`` (already rendered) until EOS or ``max_new_tokens``
+    (a chat answer runs past its first line): the one place that drives the model directly.
 
-    The backends' ``generate`` stops at the end of the first answer line (the paper's
-    candidates), and ``generate(prompts, max_new_tokens, *, stop=None)`` without that stop is
-    being added to the backends; until it lands this function runs transformers' own
-    ``generate`` on the backend's model and tokenizer, under the backend's lock (one model,
-    one forward pass at a time). Switch it to the backend method at merge.
+    transformers' own ``generate`` is used here rather than the backend's ``greedy`` because
+    it drives LlamaIndex's token streamer; it runs under the backend's public lock (one model,
+    one forward pass at a time) with the backend's end-of-turn and padding ids.
     """
     import torch
     from transformers import GenerationConfig
 
     ids = torch.tensor([backend.encode_prompt(prompt)], device=backend.device)
     config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False,
-                              eos_token_id=sorted(backend._eos), pad_token_id=backend._pad)
-    with backend._lock, torch.inference_mode():
+                              eos_token_id=sorted(backend.eos_token_ids),
+                              pad_token_id=backend.pad_token_id)
+    with backend.lock, torch.inference_mode():
         out = backend.model.generate(ids, attention_mask=torch.ones_like(ids),
                                      generation_config=config, streamer=streamer)
     return str(backend.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True))
