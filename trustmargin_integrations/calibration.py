@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.files import write_text_atomic
 
 Objective = Literal["f1", "em"]
 """The mean a calibration maximizes."""
@@ -167,7 +168,7 @@ class Calibration(BaseModel):
         text = json.dumps(self.model_dump(mode="json"), indent=1)
         # One line per list of numbers (the grid), not one line per number.
         text = _NUMBER_LIST.sub(lambda m: "[" + re.sub(r"\s+", " ", m.group(1)) + "]", text)
-        file.write_text(text + "\n", encoding="utf-8")
+        write_text_atomic(file, text + "\n")
         return file
 
     def check(self, model_id: str, prompt_version: str) -> None:

@@ -140,14 +140,10 @@ def signed(value: float | None) -> str:
 
 
 def write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
-    """One JSON object per line."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with path.open("w", encoding="utf-8") as fh:
-            for rec in records:
-                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
-    except OSError as exc:
-        if exc.filename:
-            raise
-        # A full disk shows when the buffer is flushed, as an error naming no file.
-        raise OSError(exc.errno, exc.strerror, str(path)) from exc
+    """One JSON object per line, through the one crash-safe writer (a full disk or a kill
+    leaves the previous file intact)."""
+    from trustmargin_integrations.files import atomic_output
+
+    with atomic_output(path) as fh:
+        for rec in records:
+            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")

@@ -18,6 +18,7 @@ from trustmargin_integrations.evaluation.diagnostics import (
     Recovery,
     best_cell,
 )
+from trustmargin_integrations.files import atomic_binary_output
 
 
 def heatmap(
@@ -117,6 +118,8 @@ def _save(fig: plt.Figure, out: str | Path) -> Path:
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    # Through the one crash-safe writer: a full disk leaves the previous plot intact.
+    with atomic_binary_output(path) as fh:
+        fig.savefig(fh, dpi=120, format=path.suffix.lstrip(".") or "png")
     plt.close(fig)
     return path

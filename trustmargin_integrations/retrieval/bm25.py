@@ -13,6 +13,7 @@ from types import ModuleType
 import Stemmer
 
 from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.files import write_text_atomic
 from trustmargin_integrations.schema import Passage
 
 _META = "trustmargin_passages.json"
@@ -103,9 +104,7 @@ class BM25Index:
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
         self._retriever.save(str(out))
-        tmp = out / (_META + ".tmp")
-        tmp.write_text(json.dumps([p.model_dump() for p in self.passages]), encoding="utf-8")
-        tmp.replace(out / _META)
+        write_text_atomic(out / _META, json.dumps([p.model_dump() for p in self.passages]))
         return out
 
     @classmethod

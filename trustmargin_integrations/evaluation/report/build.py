@@ -20,6 +20,7 @@ from trustmargin_integrations.evaluation.report import (
 )
 from trustmargin_integrations.evaluation.report.view import RunView, Section
 from trustmargin_integrations.evaluation.rundir import load_run
+from trustmargin_integrations.files import write_text_atomic
 
 if TYPE_CHECKING:
     from trustmargin_integrations.calibration import Calibration
@@ -72,8 +73,8 @@ def build_report(run_dir: str | Path, out: str | Path | None = None,
         for name, entries in section.per_dataset.items():
             summary["datasets"].setdefault(name, {}).update(entries)
     _add_tables(summary, view)
-    (folder / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
-    report.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_text_atomic(folder / "summary.json", json.dumps(summary, indent=1))
+    write_text_atomic(report, "\n".join(lines) + "\n")
     return report
 
 
