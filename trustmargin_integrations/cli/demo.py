@@ -31,7 +31,12 @@ def demo(
     calibration: CalibrationOpt = None,
 ) -> None:
     """The main job, offline: index a small corpus, retrieve, answer both ways, arbitrate."""
-    from trustmargin_integrations.demo import benchmark_evidence, run_demo, summarize
+    from trustmargin_integrations.demo import (
+        CROSS_DOMAIN_WARNING,
+        benchmark_evidence,
+        run_demo,
+        summarize,
+    )
 
     tm = load_arbiter(model, device, dtype, top_k=top_k, calibration=calibration)
     rows = run_demo(tm, limit=limit, top_k=top_k)
@@ -46,6 +51,7 @@ def demo(
                       "bootstrap intervals, questions outside each calibration's fit):")
         for line in evidence:
             console.print("  " + printable(line))
+        console.print(f"[yellow]{CROSS_DOMAIN_WARNING}[/]")
     if output:
         write_jsonl(output, [r.decision.model_dump(mode="json") for r in rows])
         console.print(f"decisions written to {printable(str(output))}")
