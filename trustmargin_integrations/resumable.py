@@ -28,41 +28,60 @@ ChunkCallback = Callable[[int, int], None]
 
 def run_chunks(
     store: ResultStore,
-    pending: Sequence[T],
+    items: Sequence[T],
     *,
     key: Callable[[T], str],
     compute: Callable[[Sequence[T]], Sequence[Mapping[str, Any]]],
     batch_size: int,
     desc: str,
-    total: int | None = None,
     progress: bool = True,
     on_chunk: ChunkCallback | None = None,
-) -> None:
-    """Compute ``pending`` in chunks and store each chunk's values before the next chunk.
+) -> list[str]:
+    """Compute what the store lacks of ``items``, one durable chunk at a time.
+
+    Chunks are fixed slices of ``items`` (the whole work, in a deterministic order), not of
+    what is left: a chunk with anything missing is computed *whole*, with the same members as
+    in an uninterrupted run, and only its missing values are stored. A model batch's numbers
+    depend (by ~1e-6, float reduction order and padding) on which questions share it, so this
+    is what makes a resumed run's output equal an uninterrupted one at any batch size; it costs
+    at most one chunk of recomputation per interruption. Items whose key repeats an earlier
+    item's are computed once.
 
     Args:
         store: where results go (``store.put(key(item), value)``).
-        pending: the work items not in the store yet, in the order to compute them.
+        items: every work item of the run, stored or not, in the order to compute them.
         key: an item's store key.
         compute: one chunk of items -> one value per item, in order.
         batch_size: items per chunk (and per model call).
         desc: the progress bar's label.
-        total: the bar's total when it also counts work done earlier (default: the pending
-            items only); the bar starts at ``total - len(pending)``.
         progress: show the progress bar.
-        on_chunk: called after each durable chunk with (done, total pending).
+        on_chunk: called after each computed chunk with (items done, items in the run).
+
+    Returns:
+        The keys computed by this call (the rest were in the store already).
     """
     if batch_size < 1:
         raise InvalidInputError("batch_size", f"must be >= 1, got {batch_size}",
                                 "use a batch size of 1 or more")
-    total = len(pending) if total is None else total
-    with tqdm(total=total, initial=total - len(pending), desc=desc, unit="q",
+    seen: set[str] = set()
+    unique = [item for item in items if not (key(item) in seen or seen.add(key(item)))]
+    chunks = [unique[start:start + batch_size] for start in range(0, len(unique), batch_size)]
+    stored = sum(key(item) in store for item in unique)
+    computed: list[str] = []
+    with tqdm(total=len(unique), initial=stored, desc=desc, unit="q",
               disable=not progress, dynamic_ncols=True) as bar:
-        for start in range(0, len(pending), batch_size):
-            chunk = pending[start:start + batch_size]
+        done = 0
+        for chunk in chunks:
+            done += len(chunk)
+            missing = [key(item) for item in chunk if key(item) not in store]
+            if not missing:
+                continue
             values = compute(chunk)
             for item, value in zip(chunk, values, strict=True):
-                store.put(key(item), value)
-            bar.update(len(chunk))
+                if key(item) in missing:
+                    store.put(key(item), value)
+            computed += missing
+            bar.update(len(missing))
             if on_chunk is not None:
-                on_chunk(start + len(chunk), len(pending))
+                on_chunk(done, len(unique))
+    return computed

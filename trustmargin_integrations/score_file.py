@@ -47,6 +47,8 @@ class ScoreRecord:
     item: dict[str, Any]
     key: str
     id: str | None
+    where: str = ""
+    """How errors and warnings name this record (``FILE:LINE``)."""
 
 
 @dataclass(frozen=True)
@@ -147,7 +149,7 @@ def _record(record: dict[str, Any], where: str, number: int,
                     question=valid.question, passages=valid.passages,
                     settings=settings, direct_answer=valid.direct_answer,
                     rag_answer=valid.rag_answer)
-    return ScoreRecord(number, item, key, valid.id)
+    return ScoreRecord(number, item, key, valid.id, where)
 
 
 def key_settings(
@@ -182,21 +184,24 @@ def run_score(
     check_paths(input_path, output)
     records = read_records(input_path, settings)
     store = ResultStore(cache_path(output))
-    todo: dict[str, ScoreRecord] = {}
-    for rec in records:
-        if rec.key not in store:
-            todo.setdefault(rec.key, rec)
-    reused = len({r.key for r in records}) - len(todo)
+    every = {r.key: r for r in reversed(records)}  # one record per key, the first one
+    todo = [r for r in every.values() if r.key not in store]
+    reused = len(every) - len(todo)
     if on_reuse is not None:
         on_reuse(reused, len(todo))
     if todo:
         tm = load()
 
         def arbitrate(chunk: Sequence[ScoreRecord]) -> list[dict[str, Any]]:
-            return [d.model_dump(mode="json") for d in tm.arbitrate_batch([r.item for r in chunk])]
+            # Warnings name the file's line, not a place inside an internal batch.
+            prepared = tm.prepare_batch([r.item for r in chunk], wheres=[r.where for r in chunk])
+            return [d.model_dump(mode="json") for d in tm.arbitrate_batch(prepared)]
 
-        run_chunks(store, list(todo.values()), key=lambda r: r.key, compute=arbitrate,
-                   batch_size=batch_size, desc="scoring", progress=progress)
+        # All records in file order, not only the missing ones: chunk composition (and so
+        # every number) is the same as in an uninterrupted run (see run_chunks).
+        run_chunks(store, [r for r in records if every[r.key] is r], key=lambda r: r.key,
+                   compute=arbitrate, batch_size=batch_size, desc="scoring",
+                   progress=progress)
     _write_output(output, records, store)
     return ScoreReport(len(records), reused, len(todo), output, store.path)
 

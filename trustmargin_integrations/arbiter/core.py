@@ -212,14 +212,20 @@ class TrustMargin:
 
     def prepare_batch(
         self, inputs: Iterable[ArbitrationInput | Mapping[str, Any] | PreparedQuestion],
+        *, wheres: Sequence[str] | None = None,
     ) -> list[PreparedQuestion]:
         """:meth:`prepare` for many inputs, tokenized together (results keep input order).
 
-        Every input is validated first; an error names its place (``inputs[3].question``).
-        An input already returned by :meth:`prepare` is kept as it is.
+        Every input is validated first; an error or warning names its place: ``wheres[i]``
+        when given (e.g. ``input.jsonl:12``), else ``inputs[i]``. An input already returned
+        by :meth:`prepare` is kept as it is.
         """
         items = list(inputs)
-        valid = {i: validate_input(item, where=f"inputs[{i}]") for i, item in enumerate(items)
+        if wheres is not None and len(wheres) != len(items):
+            raise InvalidInputError("wheres", f"has {len(wheres)} names for {len(items)} inputs",
+                                    "give one name per input, or none")
+        names = list(wheres) if wheres is not None else [f"inputs[{i}]" for i in range(len(items))]
+        valid = {i: validate_input(item, where=names[i]) for i, item in enumerate(items)
                  if not isinstance(item, PreparedQuestion)}
         fresh = dict(zip(valid, prepare_valid(self.backend, self.config, list(valid.values())),
                          strict=True))

@@ -102,7 +102,6 @@ def run_pipeline(
     keyed = {**settings, "pipeline": name, "pipeline_params": pipeline.params()}
     keys = [example_key(tm, keyed, rec.example.question, rec.passages,
                         rec.decision.direct_answer) for rec in records]
-    pending = [i for i, k in enumerate(keys) if k not in store]
 
     def run_and_arbitrate(chunk: Sequence[int]) -> list[dict[str, Any]]:
         results = pipeline.run_batch([records[i].example.question for i in chunk])
@@ -116,9 +115,9 @@ def run_pipeline(
         return [pipeline_value(decision, result.seconds)
                 for result, decision in zip(results, decisions, strict=True)]
 
-    run_chunks(store, pending, key=keys.__getitem__, compute=run_and_arbitrate,
-               batch_size=batch_size or tm.config.batch_size, desc=name, total=len(records),
-               progress=progress)
-    computed = {keys[i] for i in pending}
+    computed = set(run_chunks(store, list(range(len(records))), key=keys.__getitem__,
+                              compute=run_and_arbitrate,
+                              batch_size=batch_size or tm.config.batch_size, desc=name,
+                              progress=progress))
     return [read_pipeline_record(store, rec.example, name, key, key in computed)
             for rec, key in zip(records, keys, strict=True)]

@@ -163,10 +163,12 @@ def _run_pending(
     *,
     batch_size: int,
     desc: str,
-    total: int | None = None,
     progress: bool,
     on_chunk: ChunkCallback | None = None,
-) -> None:
+) -> list[str]:
+    """Arbitrate what the store lacks of a run's items (all of them, stored or not: see
+    :func:`~trustmargin_integrations.resumable.run_chunks`); return the keys computed."""
+
     def arbitrate(chunk: Sequence[_Pending]) -> list[dict[str, Any]]:
         decisions = tm.arbitrate_batch([
             {"question": p.example.question, "passages": p.evidence or p.passages,
@@ -177,8 +179,8 @@ def _run_pending(
 
     # Length-sorted chunks keep padding small.
     pending.sort(key=lambda p: len(p.example.question) + sum(len(t) for t in p.passages))
-    run_chunks(store, pending, key=lambda p: p.key, compute=arbitrate, batch_size=batch_size,
-               desc=desc, total=total, progress=progress, on_chunk=on_chunk)
+    return run_chunks(store, pending, key=lambda p: p.key, compute=arbitrate,
+                      batch_size=batch_size, desc=desc, progress=progress, on_chunk=on_chunk)
 
 
 def run_eval(
@@ -219,10 +221,9 @@ def run_eval(
         texts = [p.as_context() for p in passages]
         key = example_key(tm, settings.as_dict(), ex.question, texts, None)
         keyed.append(_Pending(ex, key, texts, seconds, None, list(passages)))
-    pending = [p for p in keyed if p.key not in store]
-    _run_pending(tm, store, list(pending), batch_size=batch_size or tm.config.batch_size,
-                 desc="eval", total=len(keyed), progress=progress, on_chunk=on_chunk)
-    computed = {p.key for p in pending}
+    computed = set(_run_pending(tm, store, list(keyed),
+                                batch_size=batch_size or tm.config.batch_size, desc="eval",
+                                progress=progress, on_chunk=on_chunk))
     return [read_eval_record(store, p.example, p.key, tuple(p.passages), p.key in computed)
             for p in keyed]
 
@@ -312,8 +313,8 @@ def run_noise(
             direct = rec.decision.direct_answer
             key = example_key(tm, settings.as_dict(), rec.example.question, noisy, direct)
             planned.append((rec, level, key))
-            if key not in store and all(p.key != key for p in pending):
-                pending.append(_Pending(rec.example, key, noisy, 0.0, direct))
+            # Every planned item, stored or not: chunks are fixed slices of the whole run.
+            pending.append(_Pending(rec.example, key, noisy, 0.0, direct))
     _run_pending(tm, store, pending, batch_size=batch_size or tm.config.batch_size,
                  desc="noise", progress=progress)
     return [NoiseRecord(rec.example, 0, rec.decision, key) if level == 0
