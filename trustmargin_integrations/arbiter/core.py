@@ -51,7 +51,17 @@ class TrustMargin:
         >>> d.answer, d.source, d.m  # doctest: +SKIP
     """
 
-    def __init__(self, backend: Backend, config: TrustMarginConfig | None = None) -> None:
+    def __init__(self, backend: Backend,
+                 config: TrustMarginConfig | Mapping[str, Any] | None = None) -> None:
+        if not isinstance(backend, Backend):
+            raise InvalidInputError("backend", f"a {type(backend).__name__} is not a Backend",
+                                    "pass TrustMargin.from_pretrained(model) or a Backend "
+                                    "such as HFBackend.load(model)")
+        if isinstance(config, Mapping):
+            config = TrustMarginConfig.model_validate(dict(config))
+        elif config is not None and not isinstance(config, TrustMarginConfig):
+            raise InvalidInputError("config", f"a {type(config).__name__} is not a config",
+                                    "pass a TrustMarginConfig or a dict of its fields")
         self.backend = backend
         self.config = config or TrustMarginConfig()
 
@@ -220,7 +230,7 @@ class TrustMargin:
         when given (e.g. ``input.jsonl:12``), else ``inputs[i]``. An input already returned
         by :meth:`prepare` is kept as it is.
         """
-        items = list(inputs)
+        items = _listed(inputs)
         if wheres is not None and len(wheres) != len(items):
             raise InvalidInputError("wheres", f"has {len(wheres)} names for {len(items)} inputs",
                                     "give one name per input, or none")
@@ -296,3 +306,13 @@ class TrustMargin:
     def _blank(self, answer: str) -> bool:
         """True when ``answer`` has nothing to score (blank, or no token)."""
         return not answer.strip() or self.backend.count_tokens(answer) == 0
+
+
+def _listed(inputs: Any) -> list[Any]:
+    """The batch as a list; anything that is not a collection of inputs is a typed error."""
+    if isinstance(inputs, (str, bytes, Mapping)) or not isinstance(inputs, Iterable):
+        raise InvalidInputError("inputs", f"must be a list of inputs, got a "
+                                f"{type(inputs).__name__}",
+                                "pass a list of {question, passages, ...} objects (wrap a "
+                                "single input in a list, or call arbitrate)")
+    return list(inputs)

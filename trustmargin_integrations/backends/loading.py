@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from trustmargin_integrations.backends.base import Backend
+from trustmargin_integrations.errors import InvalidInputError
 
 
 def load_backend(model: str = "smollm2-135m", **kwargs: Any) -> Backend:
@@ -14,6 +15,10 @@ def load_backend(model: str = "smollm2-135m", **kwargs: Any) -> Backend:
 
     Imported lazily: torch and transformers load only when a model does.
     """
+    if not isinstance(model, str) or not model.strip():
+        raise InvalidInputError("model", f"must be a model name, directory, .gguf file or "
+                                f"Hugging Face id, got {model!r}",
+                                "pass e.g. 'smollm2-135m' (see `trustmargin models`)")
     from trustmargin_integrations.backends.hf import HFBackend
 
     return HFBackend.load(model, **kwargs)

@@ -79,8 +79,15 @@ class BM25Index:
     @classmethod
     def build(cls, passages: Sequence[Passage], *, show_progress: bool = False) -> BM25Index:
         """Index passages in memory."""
+        if isinstance(passages, (str, bytes)) or not isinstance(passages, Sequence):
+            raise InvalidInputError("passages", f"must be a list of Passage records, got a "
+                                    f"{type(passages).__name__}", "pass a list of Passage")
         if not passages:
             raise InvalidInputError("passages", "is empty", "index at least one passage")
+        for i, p in enumerate(passages):
+            if not isinstance(p, Passage):
+                raise InvalidInputError(f"passages[{i}]", f"is a {type(p).__name__}, not a "
+                                        "Passage", "build Passage(id=..., title=..., text=...)")
         stemmer = Stemmer.Stemmer("english")
         tokens = bm25s.tokenize([cls._document(p) for p in passages], stopwords="en",
                                 stemmer=stemmer, show_progress=show_progress)

@@ -23,7 +23,7 @@ from trustmargin_integrations.backends.base import (
 from trustmargin_integrations.backends.hf.decoding import TokenDecoding, cache_argument
 from trustmargin_integrations.backends.hf.session import HFSession
 from trustmargin_integrations.backends.tokens import LocalTokenizerMixin
-from trustmargin_integrations.errors import ModelLoadError
+from trustmargin_integrations.errors import InvalidInputError, ModelLoadError
 
 _DTYPES = {
     "float32": torch.float32, "fp32": torch.float32,
@@ -33,10 +33,25 @@ _DTYPES = {
 
 
 def pick_device(device: str | None) -> torch.device:
-    """``cuda`` when present, else ``cpu``; an explicit choice wins."""
-    if device:
-        return torch.device(device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """``cuda`` when present, else ``cpu``; an explicit choice wins (when this machine has it).
+
+    Raises:
+        InvalidInputError: (field ``device``) not a device name, or one this machine lacks.
+    """
+    if not device:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        chosen = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise InvalidInputError("device", f"{device!r} is not a device name ({exc})",
+                                "pass cpu, cuda or cuda:N (or leave it out)") from None
+    if chosen.type == "cuda":
+        count = torch.cuda.device_count()
+        if count == 0 or (chosen.index or 0) >= count:
+            raise InvalidInputError("device", f"{device!r} is not available: this machine has "
+                                    f"{count} CUDA device(s)",
+                                    "pass cpu, or a CUDA device this machine has")
+    return chosen
 
 
 def pick_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
