@@ -122,14 +122,12 @@ def test_killed_and_resumed_score_equals_the_uninterrupted_run(tmp_path: Path,
     reference = tmp_path / "reference.jsonl"
     _run(src, reference, batch)
 
-    # An interruption after exactly 10 stored decisions (mid-chunk at batch 8 and at 3): the
-    # first 10 lines computed alone, then the whole file resumes from their stored records.
-    # Before, the 11 left were re-batched on their own and their numbers moved by ~1e-6.
-    head = tmp_path / "head.jsonl"
-    head.write_text("".join(src.read_text(encoding="utf-8").splitlines(True)[:10]),
-                    encoding="utf-8")
+    # A crash right after the 10th store append (mid-chunk at batch 8 and at 3): the store
+    # holds what the uninterrupted run appended first, and the output does not exist yet.
+    # Before, the 11 records left were re-batched on their own and their numbers moved.
     out = tmp_path / "out.jsonl"
-    _run(head, out, batch)
+    stored = reference.with_name(reference.name + ".cache").read_bytes().splitlines(True)
+    out.with_name(out.name + ".cache").write_bytes(b"".join(stored[:10]))
     _run(src, out, batch)
     assert _decisions(out) == _decisions(reference)
 
