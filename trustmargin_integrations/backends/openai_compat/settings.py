@@ -1,0 +1,97 @@
+"""Where the OpenAI-compatible backend finds its server: URL, credentials, key and waits.
+
+Every setting comes from a constructor argument or, when that is not given, from the
+environment (``TRUSTMARGIN_REMOTE_*``). Settings are checked here, before anything is loaded
+or sent, so a typo fails at once with the field it concerns.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.urls import redact_url, split_credentials
+from trustmargin_integrations.waits import Waits
+
+ENV_URL = "TRUSTMARGIN_REMOTE_URL"
+ENV_MODEL = "TRUSTMARGIN_REMOTE_MODEL"
+ENV_API_KEY = "TRUSTMARGIN_REMOTE_API_KEY"
+ENV_PREFIX = "TRUSTMARGIN_REMOTE"
+"""Prefix of the wait settings: ``TRUSTMARGIN_REMOTE_TIMEOUT``, ``..._CONNECT_TIMEOUT``,
+``..._READ_TIMEOUT``, ``..._RETRIES`` (see :mod:`trustmargin_integrations.waits`)."""
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """How to reach and wait for one server, checked. Secrets are excluded from ``repr``.
+
+    Attributes:
+        root: the server root (``http://host:port``) without credentials.
+        credentials: the ``user:password@`` part ``base_url`` held, if any.
+        api_key: the bearer key (argument, else ``$TRUSTMARGIN_REMOTE_API_KEY``), if any.
+        api_key_source: where the key came from (``api_key`` or the variable's name).
+        waits: timeouts and retries.
+        backoff_s: first retry delay in seconds.
+    """
+
+    root: str
+    credentials: tuple[str, str] | None = field(repr=False)
+    api_key: str | None = field(repr=False)
+    api_key_source: str
+    waits: Waits
+    backoff_s: float
+
+    @property
+    def url(self) -> str:
+        """The server root, safe to print."""
+        return redact_url(self.root)
+
+
+def resolve_settings(base_url: str, *, api_key: str | None, backoff_s: float,
+                     waits: Mapping[str, Any]) -> ServerSettings:
+    """Checked settings from the arguments (``waits``: the :class:`Waits` fields given, None
+    entries falling back to the environment) and the environment."""
+    resolved = Waits.resolve(ENV_PREFIX, waits)
+    backoff = _check_backoff(backoff_s)
+    # Credentials leave the URL for an auth object, so no log line or error can show them.
+    root, credentials = _root_url(base_url)
+    key = api_key if api_key is not None else os.environ.get(ENV_API_KEY)
+    source = "api_key" if api_key is not None else ENV_API_KEY
+    return ServerSettings(root, credentials, key, source, resolved, backoff)
+
+
+def _check_backoff(backoff_s: Any) -> float:
+    if isinstance(backoff_s, bool) or not isinstance(backoff_s, (int, float)) or not (
+            math.isfinite(backoff_s) and 0 <= backoff_s <= 30):
+        raise InvalidInputError("backoff_s", f"must be from 0 to 30 seconds, got "
+                                f"{backoff_s!r}", "pass a short first delay such as 0.5")
+    return float(backoff_s)
+
+
+def _root_url(url: str) -> tuple[str, tuple[str, str] | None]:
+    """The server root (``http://host:port`` or ``http://host:port/v1`` accepted) without
+    credentials, and the ``user:password@`` credentials it held."""
+    if not isinstance(url, str) or not url.strip():
+        raise InvalidInputError("base_url", "is empty",
+                                f"pass the server URL, e.g. http://127.0.0.1:8000, or set "
+                                f"{ENV_URL}")
+    # Credentials first: a password may hold a "/" that would otherwise end the host part.
+    url, credentials = split_credentials(url.strip())
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidInputError("base_url", f"{redact_url(url)!r} is not an http(s) URL",
+                                "pass a URL such as http://127.0.0.1:8000")
+    try:
+        parts.port  # noqa: B018  (urlsplit checks the port only when asked)
+    except ValueError:
+        raise InvalidInputError("base_url", f"{redact_url(url)!r} has a port that is not a "
+                                "number", "pass a URL such as http://127.0.0.1:8000") from None
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[: -len("/v1")]
+    return urlunsplit((parts.scheme, parts.netloc, path, "", "")), credentials
