@@ -1,5 +1,9 @@
-"""The calibration file the arbiter loads: a fitted (lambda_bind, tau) for one model and
-prompt version with its provenance, and the files this package ships for named models.
+"""The calibration file the arbiter loads: a fitted (lambda_bind, tau), and the decision
+policy (``trustmargin check``), for one model and prompt version with its provenance, and the
+files this package ships for named models.
+
+A file without a ``policy`` (written before policies existed, like the shipped ones) means
+"the margin rule with its lambda_bind and tau".
 
 ``TrustMargin.from_pretrained(model, calibration=path_or_"shipped")`` loads one
 (:meth:`Calibration.coerce`), refuses it for another model or prompt version
@@ -14,13 +18,14 @@ import json
 import re
 from importlib.resources import files
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.files import write_text_atomic
+from trustmargin_integrations.margins import Policy
 
 Objective = Literal["f1", "em"]
 """The mean a calibration maximizes."""
@@ -130,6 +135,13 @@ class Calibration(BaseModel):
     cv: CrossValidationResult | None = None
     held_out: ComparisonResult | None = Field(
         None, description="The fitted rule on the run's questions outside the fit.")
+    policy: Policy | None = Field(
+        None, description="The decision policy and its numbers (written by `trustmargin "
+                          "check`); None: the margin rule with lambda_bind and tau.")
+    evidence: dict[str, Any] | None = Field(
+        None, description="The domain check's evidence (its PolicyCheckResult as JSON: the "
+                          "verdict line, every candidate's cross-validated score and the "
+                          "nested estimate), when `trustmargin check` wrote the file.")
     created_at: str
     package_version: str
 
@@ -188,10 +200,20 @@ class Calibration(BaseModel):
                 f"this package uses {prompt_version!r}",
                 "re-run `trustmargin eval` with this package, then `trustmargin calibrate`")
 
+    @property
+    def decision_policy(self) -> Policy:
+        """The policy this file applies (a file without one: the rule with its numbers)."""
+        if self.policy is not None:
+            return self.policy
+        return Policy.from_setting("rule", self.lambda_bind, self.tau)
+
     def apply(self, config: TrustMarginConfig | None = None) -> TrustMarginConfig:
-        """``config`` (default: the paper's) with the fitted lambda_bind and tau, validated."""
+        """``config`` (default: the paper's) with the file's lambda_bind, tau and policy
+        (the policy's own numbers, where it has them, win), validated."""
         base = config or TrustMarginConfig()
-        updated = base.model_copy(update={"lambda_bind": self.lambda_bind, "tau": self.tau})
+        update = {"lambda_bind": self.lambda_bind, "tau": self.tau,
+                  **self.decision_policy.setting}
+        updated = base.model_copy(update=update)
         return TrustMarginConfig.model_validate(updated.model_dump())
 
 

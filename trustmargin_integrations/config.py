@@ -29,6 +29,16 @@ Tau = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-TAU_LIMIT, le
 LambdaBind = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0.0,
                                     le=LAMBDA_BIND_LIMIT,
                                     description="Weight of the evidence-binding margin.")]
+OneMarginPolicy = Literal["bind_only", "prior_only"]
+"""The rule with one margin only: ``M_bind > tau`` or ``M_prior > tau``."""
+SingleSourcePolicy = Literal["always_rag", "always_direct"]
+"""One source always, whatever the margins."""
+DecisionPolicy = Literal["rule", OneMarginPolicy, SingleSourcePolicy]
+"""Who decides a question the arbiter scores: ``"rule"`` (the paper's margin rule with the
+config's lambda_bind and tau, the default), one margin against tau, or one source always. The
+names of the one-margin and single-source policies are those of
+:data:`~trustmargin_integrations.margins.PolicyKind` (one definition, here)."""
+
 _RULE_FIX = (f"pass a finite number: tau from -{TAU_LIMIT:g} to {TAU_LIMIT:g}, lambda_bind "
              f"from 0 to {LAMBDA_BIND_LIMIT:g}")
 _RULE = {"tau": TypeAdapter(Tau), "lambda_bind": TypeAdapter(LambdaBind)}
@@ -66,6 +76,13 @@ class TrustMarginConfig(BaseModel):
 
     lambda_bind: LambdaBind = PAPER_LAMBDA_BIND
     tau: Tau = PAPER_TAU
+    policy: DecisionPolicy = Field(
+        "rule", description="Who decides a scored question: 'rule' (M > tau, the paper's "
+                            "rule with lambda_bind and tau), 'bind_only' (M_bind > tau), "
+                            "'prior_only' (M_prior > tau), 'always_rag' or 'always_direct'. "
+                            "Questions settled before scoring keep their outcome under every "
+                            "policy; the margins are computed and recorded under every policy. "
+                            "Chosen per domain by `trustmargin check`.")
     top_k: int = Field(20, ge=1, description="Passages retrieved per question by "
                                              "TrustMargin.answer when no k is given.")
     max_context_tokens: int = Field(

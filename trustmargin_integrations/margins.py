@@ -63,11 +63,15 @@ Reason = Literal[
     "direct_answer_blank",
     "both_answers_blank",
     "no_evidence",
+    "policy_always_rag",
+    "policy_always_direct",
 ]
-"""Why a decision came out as it did; the first two are the margin rule, the rest settle a
-question before any likelihood is needed. With several RAG candidates, ``rag_answer_blank``
-means every candidate is blank, ``both_answers_blank`` that Direct is blank too, and
-``answers_agree`` that every non-blank candidate normalizes equal to Direct."""
+"""Why a decision came out as it did; the first two are the margin rule (under the paper's
+rule or a one-margin policy), the next five settle a question before any likelihood is
+needed, and the last two name the single-source policy that decided a scored question. With
+several RAG candidates, ``rag_answer_blank`` means every candidate is blank,
+``both_answers_blank`` that Direct is blank too, and ``answers_agree`` that every non-blank
+candidate normalizes equal to Direct."""
 
 SETTLED: dict[Reason, Choice] = {
     "both_answers_blank": "direct",
@@ -261,10 +265,16 @@ def settle(
 # evaluation/policy.py; whichever decides, the paper's own verdict is kept for the audit.
 # (Imported here, not at the top, so this block stays one piece of the file.)
 
-from trustmargin_integrations.config import PAPER_LAMBDA_BIND, PAPER_TAU  # noqa: E402
+from trustmargin_integrations.config import (  # noqa: E402
+    PAPER_LAMBDA_BIND,
+    PAPER_TAU,
+    DecisionPolicy,
+    OneMarginPolicy,
+    SingleSourcePolicy,
+)
 from trustmargin_integrations.errors import InvalidInputError  # noqa: E402
 
-PolicyKind = Literal["paper", "fitted", "bind_only", "prior_only", "always_rag", "always_direct"]
+PolicyKind = Literal["paper", "fitted", OneMarginPolicy, SingleSourcePolicy]
 """The candidate policies: the paper's rule (0.5, -1.5), the rule with fitted lambda_bind and
 tau, one margin against a threshold (``M_bind > tau``, ``M_prior > tau``), one source always."""
 
@@ -365,6 +375,30 @@ class Policy:
     def always_direct(cls) -> Policy:
         """Always the closed-book answer."""
         return cls("always_direct")
+
+    @classmethod
+    def from_setting(cls, policy: DecisionPolicy, lambda_bind: float, tau: float) -> Policy:
+        """The policy a config (or a recorded Decision) names: ``"rule"`` with the paper's
+        numbers is :meth:`paper`, with others :meth:`fitted`; a one-margin policy takes
+        ``tau``; a single source takes nothing."""
+        if policy == "rule":
+            if (lambda_bind, tau) == (PAPER_LAMBDA_BIND, PAPER_TAU):
+                return cls.paper()
+            return cls.fitted(lambda_bind, tau)
+        if policy in ("bind_only", "prior_only"):
+            return cls(policy, tau=tau)
+        return cls(policy)
+
+    @property
+    def setting(self) -> dict[str, float | str]:
+        """The config values that apply this policy (``TrustMarginConfig`` fields
+        ``policy``, and ``lambda_bind`` / ``tau`` where the policy has them): the inverse of
+        :meth:`from_setting`."""
+        if self.kind in ("paper", "fitted"):
+            return {"policy": "rule", "lambda_bind": self.lambda_bind, "tau": self.tau}
+        if self.kind in ("bind_only", "prior_only"):
+            return {"policy": self.kind, "tau": self.tau}  # type: ignore[dict-item]
+        return {"policy": self.kind}
 
     @property
     def uses_margins(self) -> bool:

@@ -13,12 +13,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from trustmargin_integrations.config import LambdaBind, Tau, check_rule_value
+from trustmargin_integrations.config import DecisionPolicy, LambdaBind, Tau, check_rule_value
 from trustmargin_integrations.margins import (
     SETTLED,
     Choice,
+    Policy,
     Reason,
     Variant,
+    apply_policy,
     decide_among,
     settle_among,
 )
@@ -151,6 +153,10 @@ def _none(value: object) -> bool:
     return value is None
 
 
+def _the_rule(value: object) -> bool:
+    return value == "rule"
+
+
 class Decision(BaseModel):
     """The arbitration outcome and its full audit trail.
 
@@ -169,6 +175,11 @@ class Decision(BaseModel):
     with the largest margin (the first non-blank one when the decision was settled before
     scoring), so consumers of pairwise decisions keep working; ``rag_generated`` is False.
     Both new fields are left out of the JSON of a pairwise decision, which is unchanged.
+
+    Under a policy other than the margin rule (``TrustMarginConfig.policy``), ``policy`` names
+    it and ``paper_choice`` (``paper_winner``) records what the paper's rule (0.5, -1.5)
+    would have kept; the margins are recorded all the same. Under the rule these fields are
+    left out of the JSON, so decisions and caches made before policies are unchanged.
     """
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -217,6 +228,19 @@ class Decision(BaseModel):
         description="Index in rag_candidates of the kept candidate; None when Direct is kept "
                     "or the decision is pairwise.")
 
+    policy: DecisionPolicy = Field(
+        "rule", exclude_if=_the_rule,
+        description="Who decided a scored question (TrustMarginConfig.policy): 'rule', "
+                    "'bind_only', 'prior_only', 'always_rag' or 'always_direct'.")
+    paper_choice: Choice | None = Field(
+        None, exclude_if=_none,
+        description="The side the paper's rule (lambda 0.5, tau -1.5) would have kept; set "
+                    "when another policy decided (the audit of a fallback policy).")
+    paper_winner: int | None = Field(
+        None, ge=0, exclude_if=_none,
+        description="Index in rag_candidates of the candidate the paper's rule would have "
+                    "kept (multi-candidate decisions under another policy).")
+
     @model_validator(mode="after")
     def _winner_is_a_candidate(self) -> Decision:
         if self.winner is not None and self.winner >= len(self.rag_candidates):
@@ -230,11 +254,13 @@ class Decision(BaseModel):
         tau: float | None = None,
         variant: Variant = "full",
     ) -> Choice:
-        """The side the rule keeps under other hyper-parameters (default: its own).
+        """The side kept: with no argument the decision actually made (under its own
+        policy and numbers); with any argument the margin rule under those hyper-parameters
+        (the others default to the decision's own), whatever policy decided.
 
         Decisions settled before scoring (no evidence, a blank answer, equal answers) keep
-        their outcome: no hyper-parameter can change them. A multi-candidate decision is
-        replayed over all its candidates (see :meth:`replay_winner`).
+        their outcome: no hyper-parameter or policy changes them. A multi-candidate decision
+        is replayed over all its candidates (see :meth:`replay_winner`).
         """
         # replay_winner keeps settled outcomes too, and checks the arguments in every case.
         return "direct" if self.replay_winner(lambda_bind, tau, variant) is None else "rag"
@@ -245,15 +271,19 @@ class Decision(BaseModel):
         tau: float | None = None,
         variant: Variant = "full",
     ) -> int | None:
-        """Which RAG candidate the rule keeps under other hyper-parameters: its index in
-        ``rag_candidates`` (0 for the one RAG answer of a pairwise decision), None for Direct.
+        """Which RAG candidate is kept: its index in ``rag_candidates`` (0 for the one RAG
+        answer of a pairwise decision), None for Direct.
 
-        Replays :func:`~.margins.decide_among` on the recorded margins of every candidate.
+        With no argument, the decision's own policy replays through
+        :func:`~.margins.apply_policy`; with any argument, the margin rule
+        (:func:`~.margins.decide_among`) under those hyper-parameters, on the recorded
+        margins of every candidate (the calibration grid and the ablations).
 
         Raises:
             InvalidInputError: ``lambda_bind`` or ``tau`` is not a finite number within the
                 config's bounds (NaN would silently replay as Direct).
         """
+        own = lambda_bind is None and tau is None and variant == "full"
         lam = self.lambda_bind if lambda_bind is None else check_rule_value(
             "lambda_bind", lambda_bind)
         threshold = self.tau if tau is None else check_rule_value("tau", tau)
@@ -269,6 +299,9 @@ class Decision(BaseModel):
                        else (self.m_prior, self.m_bind)]
         if all(pair is None for pair in margins):
             raise ValueError(f"decision {self.id!r} has reason {self.reason!r} but no margins")
+        if own:
+            policy = Policy.from_setting(self.policy, self.lambda_bind, self.tau)
+            return apply_policy(policy, margins).candidate
         verdict = decide_among(margins, lam, threshold, variant)
         return verdict.candidate if verdict.choice == "rag" else None
 

@@ -1,6 +1,7 @@
-"""Decision assembly: the rule applied to a scored question's margins
-(:func:`~trustmargin_integrations.margins.decide_among`), then the audit record
-(:class:`~trustmargin_integrations.schema.Decision`) with everything that led to it."""
+"""Decision assembly: the config's policy applied to a scored question's margins
+(:func:`~trustmargin_integrations.margins.apply_policy`, the paper's rule by default), then the
+audit record (:class:`~trustmargin_integrations.schema.Decision`) with everything that led to
+it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ from trustmargin_integrations.arbiter.candidates import Candidate
 from trustmargin_integrations.arbiter.plan import Plan
 from trustmargin_integrations.arbiter.preparation import PreparedQuestion
 from trustmargin_integrations.config import TrustMarginConfig
-from trustmargin_integrations.margins import Margins, Verdict, compute_margins, decide_among
+from trustmargin_integrations.margins import (
+    Margins,
+    Policy,
+    PolicyVerdict,
+    Verdict,
+    apply_policy,
+    compute_margins,
+)
 from trustmargin_integrations.prompts import PROMPT_VERSION
 from trustmargin_integrations.schema import Decision, RagCandidate, Timings, ViewLikelihoods
 
@@ -19,9 +27,10 @@ from trustmargin_integrations.schema import Decision, RagCandidate, Timings, Vie
 @dataclass
 class _Outcome:
     """A question's verdict with the likelihoods and margins behind it (None where an
-    answer was not scored)."""
+    answer was not scored), and what the paper's rule keeps (the audit of other policies)."""
 
     verdict: Verdict
+    paper: Verdict
     direct_likelihoods: ViewLikelihoods | None
     likelihoods: list[ViewLikelihoods | None]
     margins: list[Margins | None]
@@ -29,11 +38,17 @@ class _Outcome:
 
 def _outcome(plan: Plan, scores: list[ViewLikelihoods] | None, n_options: int,
              config: TrustMarginConfig) -> _Outcome:
-    """The settled verdict, or the rule over the scored candidates' margins."""
+    """The settled verdict, or the config's policy over the scored candidates' margins.
+
+    A settled question keeps its outcome under every policy, single sources included
+    (``apply_policy`` is not asked): there the RAG answer is blank or absent (no passage
+    entered the context), or Direct is blank, or both answers agree, so always-RAG or
+    always-Direct could only return a blank answer or one that does not exist.
+    """
     likelihoods: list[ViewLikelihoods | None] = [None] * n_options
     margins: list[Margins | None] = [None] * n_options
     if plan.verdict is not None:
-        return _Outcome(plan.verdict, None, likelihoods, margins)
+        return _Outcome(plan.verdict, plan.verdict, None, likelihoods, margins)
     assert scores is not None  # unsettled rows are always scored
     direct_likelihoods = scores[0]
     for j, scored in zip(plan.scored, scores[1:], strict=True):
@@ -44,9 +59,22 @@ def _outcome(plan: Plan, scores: list[ViewLikelihoods] | None, n_options: int,
     for j in plan.agreeing:
         # Equal to Direct: the margins of identical answers, without scoring.
         margins[j] = Margins(0.0, 0.0, 0.0)
-    verdict = decide_among([None if m is None else (m.m_prior, m.m_bind) for m in margins],
-                           config.lambda_bind, config.tau)
-    return _Outcome(verdict, direct_likelihoods, likelihoods, margins)
+    policy = Policy.from_setting(config.policy, config.lambda_bind, config.tau)
+    decided = apply_policy(policy, [None if m is None else (m.m_prior, m.m_bind)
+                                    for m in margins])
+    return _Outcome(_verdict_of(decided), decided.paper, direct_likelihoods, likelihoods,
+                    margins)
+
+
+def _verdict_of(decided: PolicyVerdict) -> Verdict:
+    """The deciding rule's verdict; for a single source, one whose reason names the policy
+    and whose candidate is the one the Decision describes (the kept one, or for
+    always-Direct the paper rule's best-margin one)."""
+    if decided.rule is not None:
+        return decided.rule
+    if decided.choice == "rag":
+        return Verdict("rag", "policy_always_rag", candidate=decided.candidate)
+    return Verdict("direct", "policy_always_direct", candidate=decided.paper.candidate)
 
 
 def _candidate_records(direct: Candidate, options: list[Candidate],
@@ -96,7 +124,12 @@ def assemble_decision(
     valid, context = prepared.input, prepared.context
     listed = valid.rag_candidates is not None
     records = _candidate_records(direct, options, outcome) if listed else []
-    margins = verdict.margins
+    # The shown candidate's margins at the config's lambda_bind, whichever policy decided
+    # (under the rule they are the verdict's own; a one-margin verdict carries M_bind or
+    # M_prior as its M, and a single source none).
+    margins = outcome.margins[shown]
+    audit = config.policy != "rule"
+    paper = outcome.paper
     return Decision(
         id=valid.id,
         question=valid.question,
@@ -129,4 +162,7 @@ def assemble_decision(
         metadata=valid.metadata,
         rag_candidates=records,
         winner=shown if listed and verdict.choice == "rag" else None,
+        policy=config.policy,
+        paper_choice=paper.choice if audit else None,
+        paper_winner=paper.candidate if audit and listed and paper.choice == "rag" else None,
     )

@@ -10,7 +10,8 @@ import importlib
 from trustmargin_integrations.cli.app import app, main
 
 # Importing a command's module registers it; this order is the order `--help` lists them.
-COMMAND_MODULES = ("demo", "ask", "score", "index", "models", "evaluate", "report", "calibrate")
+COMMAND_MODULES = ("demo", "ask", "score", "index", "models", "evaluate", "report", "calibrate",
+                   "check")
 for _module in COMMAND_MODULES:
     importlib.import_module(f"{__name__}.{_module}")
 

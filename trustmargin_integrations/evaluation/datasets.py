@@ -1,6 +1,6 @@
 """Benchmark loaders: local files by path, and documented downloaders for online machines.
 
-Two local formats are understood (both JSON lists):
+Two local formats are understood (JSON lists, or JSONL files of the same records):
 
 * question sets ``{test_id, question, answer}`` (``answer``: a string or a list of aliases),
   e.g. the paper's 1000-question 2WikiMultihopQA / ComplexWebQuestions dev files;
@@ -120,25 +120,50 @@ def _passages(record: dict[str, Any], where: str, ident: str) -> tuple[Passage, 
     return tuple(out)
 
 
-def load_examples(path: str | Path, dataset: str | None = None) -> list[EvalExample]:
-    """Read one question file (with or without ``passages``), in file order."""
-    file = Path(path)
-    if not file.is_file():
-        raise InvalidInputError("dataset", f"file {file} does not exist",
-                                "pass the path of a JSON question file or a named dataset")
+def _records(file: Path) -> list[tuple[str, Any]]:
+    """``(where, record)`` of a JSON list file (``name[i]``) or a JSONL file (``name:LINE``,
+    1-based; blank lines skipped), so that an error names the record it is about."""
+    text = file.read_text(encoding="utf-8")
+    if file.suffix.lower() == ".jsonl":
+        out = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                out.append((f"{file.name}:{number}", json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise InvalidInputError(f"{file.name}:{number}", f"is not valid JSON "
+                                        f"({exc.msg})", "give one JSON object {question, "
+                                        "answer, passages} per line") from exc
+        return out
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InvalidInputError(str(file), f"is not valid JSON ({exc.msg})",
-                                "give a JSON list of {test_id, question, answer} records"
-                                ) from exc
+                                "give a JSON list of {test_id, question, answer} records "
+                                "(or a .jsonl file, one record per line)") from exc
     if not isinstance(data, list):
         raise InvalidInputError(str(file), "is not a JSON list",
                                 "give a JSON list of {test_id, question, answer} records")
+    return [(f"{file.name}[{i}]", rec) for i, rec in enumerate(data)]
+
+
+def load_examples(path: str | Path, dataset: str | None = None) -> list[EvalExample]:
+    """Read one question file, in file order: a JSON list or a JSONL file (``.jsonl``) of
+    ``{question, answer | answers[, passages][, test_id | id]}`` records.
+
+    Raises:
+        InvalidInputError: the file is missing or not JSON / JSONL, or a record is bad; the
+            field names the record (``file.json[3].answer``, ``file.jsonl:4.question``).
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise InvalidInputError("dataset", f"file {file} does not exist",
+                                "pass the path of a JSON or JSONL question file or a named "
+                                "dataset")
     name = dataset or file.stem
     out = []
-    for i, rec in enumerate(data):
-        where = f"{file.name}[{i}]"
+    for i, (where, rec) in enumerate(_records(file)):
         if not isinstance(rec, dict) or not isinstance(rec.get("question"), str):
             raise InvalidInputError(f"{where}.question", "is missing or not a string",
                                     "give every record a 'question' string")

@@ -1,0 +1,90 @@
+"""``trustmargin check`` end to end: a user's labeled JSONL file (no passages, retrieved from
+a corpus with the embedded BM25) is answered and scored once by the real embedded SmolLM2,
+the domain check picks a policy, prints its verdict first and writes a calibration file that
+loads onto the model and sets its policy. Kept to one small run (four of the project's demo
+questions): the shared test machine is slow.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_support import run_main
+
+import trustmargin_integrations
+from trustmargin_integrations.arbiter import TrustMargin
+from trustmargin_integrations.calibration import Calibration
+from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.evaluation.datasets import load_examples
+from trustmargin_integrations.margins import POLICY_KINDS, Policy
+from trustmargin_integrations.prompts import PROMPT_VERSION
+
+DEMO = Path(trustmargin_integrations.__file__).parent / "demo_data"
+
+
+def test_jsonl_records_load_and_a_bad_line_is_named(tmp_path: Path) -> None:
+    good = tmp_path / "mine.jsonl"
+    good.write_text('{"question": "Who?", "answers": ["Ada", "Lovelace"]}\n\n'
+                    '{"id": "x", "question": "Where?", "answer": "Paris", '
+                    '"passages": [{"title": "P", "text": "Paris."}]}\n', encoding="utf-8")
+    first, second = load_examples(good)
+    assert (first.answers, first.passages, first.dataset) == (("Ada", "Lovelace"), None, "mine")
+    assert second.id == "x" and second.passages and second.passages[0].title == "P"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "Who?", "answer": "Ada"}\n{"question": "Where?"}\n')
+    with pytest.raises(InvalidInputError) as err:
+        load_examples(bad)
+    assert err.value.field == "bad.jsonl:2.answer"
+    bad.write_text('{"question": "Who?", "answer": "Ada"}\n{"question": \n')
+    with pytest.raises(InvalidInputError, match="not valid JSON") as err:
+        load_examples(bad)
+    assert err.value.field == "bad.jsonl:2"
+
+
+def test_check_runs_end_to_end_on_a_labeled_file(
+        tm: TrustMargin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trustmargin_integrations.backends.hf import HFBackend
+
+    # The session's embedded model: `check --model smollm2-135m` must not load it twice.
+    monkeypatch.setattr(HFBackend, "load", staticmethod(lambda model, **kwargs: tm.backend))
+    questions = {q["id"]: q for q in json.loads((DEMO / "questions.json").read_text())}
+    labeled = tmp_path / "mine.jsonl"
+    labeled.write_text("".join(json.dumps({"id": i, "question": questions[i]["question"],
+                                           "answers": questions[i]["answers"]}) + "\n"
+                               for i in ("q02", "q04", "q11", "q14")), encoding="utf-8")
+    args = ["check", str(labeled), "--corpus", str(DEMO / "corpus.json"), "--folds", "2",
+            "--resamples", "300"]
+    nothing = run_main("check", str(labeled), "--folds", "2")
+    assert nothing.exit_code == 2 and "--corpus" in nothing.output  # no passages, no corpus
+
+    result = run_main(*args)
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    verdict = next(i for i, line in enumerate(lines) if line.startswith(("Keep ", "Use ")))
+    assert "cross-validated" in lines[verdict] and "Small sample" in lines[verdict]
+    assert all(not line.startswith("candidate policies") for line in lines[:verdict])
+    assert "always-RAG" in result.output and "nested" in result.output
+    run_dir = tmp_path / "mine.jsonl.check"
+    policy_file = run_dir / "policy.json"
+    assert f"policy: {policy_file}" in " ".join(result.output.split())
+
+    c = Calibration.load(policy_file)
+    assert (c.model_id, c.prompt_version) == (tm.backend.model_id, PROMPT_VERSION)
+    assert c.retrieval.mode == "bm25:corpus.json" and c.fitted_on.datasets == {"mine": 4}
+    assert c.policy is not None and c.evidence is not None
+    assert c.evidence["verdict"] in result.output and c.evidence["n"] == 4
+    assert set(c.evidence["candidates"]) == set(POLICY_KINDS)
+    assert Policy(**c.evidence["chosen"]) == c.policy
+    calibrated = TrustMargin.calibrated(tm.backend, policy_file)
+    assert Policy.from_setting(calibrated.config.policy, calibrated.config.lambda_bind,
+                               calibrated.config.tau) == c.policy
+
+    # Resumable: a second call answers nothing again; the run directory is an input too.
+    again = run_main(*args)
+    assert again.exit_code == 0 and "0 computed, 4 from cache" in again.output
+    from_dir = run_main("check", str(run_dir), "--folds", "2", "--resamples", "300",
+                        "--out", str(tmp_path / "again.json"))
+    assert from_dir.exit_code == 0, from_dir.output
+    assert Calibration.load(tmp_path / "again.json").policy == c.policy

@@ -1,0 +1,173 @@
+"""Issue 17's policies in the product: the config and calibration file name a policy, the
+arbiter applies it through ``margins.apply_policy``, and the Decision keeps the audit (the
+margins and the paper rule's choice) and replays what was actually decided.
+
+Every decision here is made by the real embedded SmolLM2 (tests/conftest.py) on given
+answers, so only the six likelihoods are computed; the LangChain router and LlamaIndex
+engine tests use real LangChain / LlamaIndex objects around a calibrated TrustMargin.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from langchain_core.documents import Document
+from llama_index.core.query_engine import RetrieverQueryEngine
+
+from trustmargin_integrations.arbiter import TrustMargin
+from trustmargin_integrations.calibration import Calibration, shipped_models, shipped_path
+from trustmargin_integrations.config import TrustMarginConfig
+from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.langchain import TrustMarginRouter
+from trustmargin_integrations.llama_index import (
+    METADATA_KEY,
+    LocalLLM,
+    PassageRetriever,
+    TrustMarginQueryEngine,
+)
+from trustmargin_integrations.margins import Policy
+from trustmargin_integrations.retrieval import BM25Index
+from trustmargin_integrations.schema import Decision, Passage
+
+# The passage does not support the RAG answer, so the paper's rule keeps the closed-book
+# answer (asserted below): a policy that returns RAG here is visibly the policy's doing.
+QUESTION = "What is the capital of France?"
+PASSAGES = ["The Zorblat river flows through Quenby."]
+DIRECT, RAG = "Paris", "Quenby"
+
+
+def _with_policy(tm: TrustMargin, policy: str, **numbers: float) -> TrustMargin:
+    return TrustMargin(tm.backend, TrustMarginConfig(policy=policy, **numbers))  # type: ignore[arg-type]
+
+
+def _calibration(policy: Policy) -> Calibration:
+    """The shipped SmolLM2 file with a policy, as `trustmargin check` writes one."""
+    shipped = Calibration.load(shipped_path("smollm2-135m"))
+    return Calibration.model_validate({**shipped.model_dump(), "policy": policy})
+
+
+@pytest.fixture(scope="module")
+def paper(tm: TrustMargin) -> Decision:
+    decision = tm.arbitrate(QUESTION, PASSAGES, DIRECT, RAG)
+    assert decision.reason == "margin_at_or_below_tau" and decision.answer == DIRECT
+    return decision
+
+
+def test_a_fallback_policy_keeps_the_margins_and_the_paper_rules_choice(
+        tm: TrustMargin, paper: Decision) -> None:
+    for policy, answer in (("always_rag", RAG), ("always_direct", DIRECT)):
+        d = _with_policy(tm, policy).arbitrate(QUESTION, PASSAGES, DIRECT, RAG)
+        assert (d.answer, d.reason, d.policy) == (answer, f"policy_{policy}", policy)
+        assert d.paper_choice == "direct"  # what the paper's rule keeps (the fixture)
+        for field in ("m_prior", "m_bind", "m"):
+            assert getattr(d, field) == pytest.approx(getattr(paper, field), abs=1e-4)
+        assert d.direct_likelihoods is not None and d.rag_likelihoods is not None
+        # The audit fields travel in the JSON of a non-default policy.
+        assert json.loads(d.model_dump_json())["paper_choice"] == "direct"
+    # Under the default rule nothing new is written: old decisions and caches are unchanged.
+    assert not {"policy", "paper_choice", "paper_winner"} & set(json.loads(
+        paper.model_dump_json()))
+
+
+def test_one_margin_policies_decide_by_their_margin_alone(
+        tm: TrustMargin, paper: Decision) -> None:
+    assert paper.m_bind is not None and paper.m_prior is not None
+    # A threshold just below each margin keeps RAG, just above keeps Direct.
+    for policy, margin in (("bind_only", paper.m_bind), ("prior_only", paper.m_prior)):
+        for tau, kept in ((margin - 0.01, RAG), (margin + 0.01, DIRECT)):
+            d = _with_policy(tm, policy, tau=tau).arbitrate(QUESTION, PASSAGES, DIRECT, RAG)
+            assert (d.answer, d.policy, d.paper_choice) == (kept, policy, "direct")
+            assert d.reason == ("margin_above_tau" if kept == RAG else "margin_at_or_below_tau")
+            assert d.m == pytest.approx(paper.m, abs=1e-4)  # M at lambda_bind, for the audit
+
+
+def test_replay_reproduces_the_decision_made_and_replays_the_rule_with_arguments(
+        tm: TrustMargin, paper: Decision) -> None:
+    rag = _with_policy(tm, "always_rag").arbitrate(QUESTION, PASSAGES, DIRECT, RAG)
+    assert rag.replay() == "rag" and rag.chose_rag and rag.replay_answer() == RAG
+    # With arguments: the margin rule, as the calibration grid and the ablations need.
+    assert rag.replay(0.5, -1.5) == paper.replay() == "direct"
+    assert rag.replay(tau=-100.0) == "rag"
+    assert rag.replay(variant="no_bind") == paper.replay(variant="no_bind")
+    assert paper.m_bind is not None
+    bind = _with_policy(tm, "bind_only", tau=paper.m_bind - 0.01).arbitrate(
+        QUESTION, PASSAGES, DIRECT, RAG)
+    assert bind.replay() == "rag" and bind.replay(0.5, -1.5) == "direct"
+    # A stored decision replays the same after a JSON round trip.
+    again = Decision.model_validate_json(bind.model_dump_json())
+    assert again.replay() == "rag" and again.policy == "bind_only"
+
+
+def test_a_settled_question_keeps_its_outcome_under_every_policy(tm: TrustMargin) -> None:
+    for policy in ("always_rag", "always_direct", "bind_only"):
+        arbiter = _with_policy(tm, policy)
+        agree = arbiter.arbitrate(QUESTION, ["Paris is the capital of France."], "Paris",
+                                  "Paris.")
+        assert (agree.reason, agree.answer, agree.paper_choice) == ("answers_agree", "Paris.",
+                                                                   "rag")
+        blank = arbiter.arbitrate(QUESTION, PASSAGES, DIRECT, "")
+        assert (blank.reason, blank.answer, blank.replay()) == ("rag_answer_blank", DIRECT,
+                                                                "direct")
+        missing = arbiter.arbitrate(QUESTION, [], DIRECT, RAG)
+        assert (missing.reason, missing.answer) == ("no_evidence", DIRECT)
+
+
+def test_old_calibration_files_load_and_mean_the_rule_with_their_numbers() -> None:
+    assert shipped_models() == ["qwen2.5-1.5b", "smollm2-135m"]
+    for model in shipped_models():
+        c = Calibration.load(shipped_path(model))
+        assert c.policy is None and c.evidence is None
+        assert c.decision_policy == Policy.fitted(c.lambda_bind, c.tau)
+        config = c.apply(TrustMarginConfig(policy="always_rag", top_k=4))
+        assert (config.policy, config.lambda_bind, config.tau, config.top_k) == (
+            "rule", c.lambda_bind, c.tau, 4)
+
+
+def test_a_policy_round_trips_through_the_file_and_sets_the_config(tmp_path: Path) -> None:
+    for policy, expected in ((Policy.always_rag(), ("always_rag", 0.2, -0.15)),
+                             (Policy.bind_only(-3.0), ("bind_only", 0.2, -3.0)),
+                             (Policy.paper(), ("rule", 0.5, -1.5))):
+        written = _calibration(policy)
+        path = written.save(tmp_path / f"{policy.kind}.json")
+        loaded = Calibration.load(path)
+        assert loaded == written and loaded.decision_policy == policy
+        config = loaded.apply()
+        assert (config.policy, config.lambda_bind, config.tau) == expected
+        assert Policy.from_setting(config.policy, config.lambda_bind, config.tau) == policy
+    broken = json.loads((tmp_path / "bind_only.json").read_text())
+    broken["policy"] = {"kind": "bind_only", "lambda_bind": 0.5, "tau": -3.0}
+    (tmp_path / "broken.json").write_text(json.dumps(broken))
+    with pytest.raises(InvalidInputError, match="not a calibration file") as err:
+        Calibration.load(tmp_path / "broken.json")
+    assert err.value.field == "calibration"
+
+
+def test_the_langchain_router_applies_a_calibrated_always_rag(
+        tm: TrustMargin, paper: Decision) -> None:
+    calibrated = TrustMargin.calibrated(tm.backend, _calibration(Policy.always_rag()))
+    router = TrustMarginRouter(tm=calibrated)
+    d = router.invoke({"question": QUESTION, "direct_answer": DIRECT, "rag_answer": RAG,
+                       "documents": [Document(page_content=PASSAGES[0])]})
+    assert (d.answer, d.reason, d.paper_choice) == (RAG, "policy_always_rag", "direct")
+    assert d.m_prior == pytest.approx(paper.m_prior, abs=1e-4)
+    assert d.m_bind == pytest.approx(paper.m_bind, abs=1e-4)
+
+
+def test_the_llama_index_engine_applies_a_calibrated_always_rag(tm: TrustMargin) -> None:
+    calibrated = TrustMargin.calibrated(
+        tm.backend, _calibration(Policy.always_rag()), TrustMarginConfig(max_new_tokens=8))
+    retriever = PassageRetriever(BM25Index.build([Passage(id="q", text=PASSAGES[0])]),
+                                 similarity_top_k=1)
+    llm = LocalLLM.from_trustmargin(calibrated)
+    engine = TrustMarginQueryEngine(RetrieverQueryEngine.from_args(retriever, llm=llm),
+                                    calibrated, llm=llm)
+    response = engine.query("Which river flows through Quenby?")
+    decision = response.metadata[METADATA_KEY]
+    assert decision.policy == "always_rag" and decision.source in ("rag", "agree")
+    assert response.response == decision.answer
+    assert decision.answer.strip() == (decision.rag_raw or decision.rag_answer).strip()
+    if decision.reason != "answers_agree":  # a scored question: margins kept for the audit
+        assert decision.reason == "policy_always_rag" and decision.m_prior is not None
+        assert decision.paper_choice in ("rag", "direct")

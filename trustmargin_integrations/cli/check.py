@@ -1,0 +1,114 @@
+"""``trustmargin check``: which policy to run on your domain, from your labeled questions.
+
+Input: an eval run directory (as ``calibrate`` takes), or a labeled JSON / JSONL file of
+``{question, answer | answers, passages}`` records (with ``--corpus`` / ``--index`` when the
+records have no passages). A file is generated and scored once into a resumable run
+directory by ``eval``'s own machinery; then the domain check
+(:mod:`trustmargin_integrations.evaluation.policy_check`) chooses the policy, prints its
+one-line verdict and the candidates, and writes the policy as a calibration file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from trustmargin_integrations.cli.app import command
+from trustmargin_integrations.cli.boundary import plain
+from trustmargin_integrations.cli.common import check_run_dir
+from trustmargin_integrations.errors import InvalidInputError
+
+
+# Long only by its option declarations (typer reads them from the signature).
+@command()
+def check(
+    labeled: Annotated[Path, typer.Argument(
+        help="Your labeled questions (JSON or JSONL of {question, answer|answers, passages}) "
+             "or a directory written by `trustmargin eval`.")],
+    corpus: Annotated[Path | None, typer.Option(
+        help="Retrieve each question's passages from this corpus with BM25 (JSON/JSONL "
+             "{title, text}) when the records carry none.")] = None,
+    index: Annotated[Path | None, typer.Option(
+        help="A saved BM25 index to retrieve from (instead of --corpus).")] = None,
+    model: Annotated[str, typer.Option(help="Named model, directory, .gguf or HF id.")
+                     ] = "smollm2-135m",
+    top_k: Annotated[int, typer.Option(help="Passages per question.")] = 3,
+    dtype: Annotated[str | None, typer.Option(help="float32 / bfloat16 (default: fp32 on CPU)")
+                     ] = None,
+    device: Annotated[str | None, typer.Option(help="cpu / cuda (default: cuda if present)")
+                      ] = None,
+    batch_size: Annotated[int, typer.Option(help="Questions per model call.")] = 8,
+    run_dir: Annotated[Path | None, typer.Option(
+        help="Where the answers and scores are cached (default <file>.check; resumable).")
+    ] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="Calibration file to write (default RUN_DIR/policy.json).")] = None,
+    objective: Annotated[str, typer.Option(help="Mean to maximize: f1 or em.")] = "f1",
+    folds: Annotated[int, typer.Option(help="Folds of both cross-validation levels.")] = 5,
+    seed: Annotated[int, typer.Option(help="Seed of the folds and the bootstrap.")] = 0,
+    resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 10_000,
+) -> None:
+    """Check your domain first: keep TrustMargin, or plain RAG (or Direct), from your own
+    labeled questions, with nested cross-validation and paired intervals.
+
+    Load the result with ``TrustMargin.from_pretrained(model, calibration=FILE)`` or
+    ``--calibration FILE``.
+    """
+    from trustmargin_integrations.evaluation.check_run import check_run, describe_check
+
+    if objective not in ("f1", "em"):
+        raise InvalidInputError("--objective", f"must be f1 or em, got {objective!r}",
+                                "pass --objective f1 or --objective em")
+    if folds < 2:
+        raise InvalidInputError("--folds", f"must be >= 2, got {folds}", "use 5 (the default)")
+    if labeled.is_dir():
+        target_dir = labeled
+    else:
+        target_dir = run_dir or labeled.with_name(labeled.name + ".check")
+        _generate_and_score(labeled, target_dir, corpus=corpus, index=index, model=model,
+                            top_k=top_k, dtype=dtype, device=device, batch_size=batch_size)
+    target = out or target_dir / "policy.json"
+    if target.is_dir():
+        raise InvalidInputError("--out", f"{target} is a directory",
+                                "pass a file path, e.g. --out DIR/policy.json")
+    check_run_dir(target_dir)
+    result, calibration = check_run(target_dir, objective=objective,  # type: ignore[arg-type]
+                                    folds=folds, seed=seed, resamples=resamples)
+    for line in describe_check(result):
+        typer.echo(line)
+    path = calibration.save(target)
+    typer.echo(f"policy: {plain(str(path))}")
+    typer.echo(f"use it: TrustMargin.from_pretrained({calibration.model_id!r}, "
+               f"calibration={str(path)!r}), or --calibration {plain(str(path))}")
+
+
+def _generate_and_score(labeled: Path, run_dir: Path, *, corpus: Path | None,
+                        index: Path | None, model: str, top_k: int, dtype: str | None,
+                        device: str | None, batch_size: int) -> None:
+    """Answer and score the labeled file once into ``run_dir`` with ``eval``'s machinery
+    (a second call reads the cache)."""
+    from trustmargin_integrations.cli.evaluate import _check_options, _evaluate, _source
+    from trustmargin_integrations.evaluation.datasets import load_examples
+
+    settings = _check_options(
+        model=model, limit=None, top_k=top_k, batch_size=batch_size, dtype=dtype,
+        device=device, run_dir=run_dir, noise_limit=0, noise_levels="", noise_seed=0,
+        noise_corpus=None, pipeline="", pipeline_limit=None, pipeline_corpus=None)
+    examples = load_examples(labeled)
+    if not examples:
+        raise InvalidInputError(str(labeled), "holds no questions",
+                                "label a few dozen to a few hundred questions of your domain")
+    if corpus is not None or index is not None:
+        source = _source("bm25", labeled.stem, None, corpus, index, None)
+    elif any(e.passages is None for e in examples):
+        missing = next(e for e in examples if e.passages is None)
+        raise InvalidInputError(f"{labeled.name}: record {missing.id!r}.passages", "is missing",
+                                "give every record its passages, or pass --corpus FILE or "
+                                "--index DIR to retrieve them with BM25")
+    else:
+        from trustmargin_integrations.evaluation.runner import PrecomputedPassages
+
+        source = PrecomputedPassages()
+    _evaluate(settings, [(labeled.stem, examples, examples, source)])
