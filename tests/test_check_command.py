@@ -18,7 +18,7 @@ from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.calibration import Calibration
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.datasets import load_examples
-from trustmargin_integrations.margins import POLICY_KINDS, Policy
+from trustmargin_integrations.policies import POLICY_KINDS, Policy
 from trustmargin_integrations.prompts import PROMPT_VERSION
 
 DEMO = Path(trustmargin_integrations.__file__).parent / "demo_data"

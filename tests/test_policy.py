@@ -22,14 +22,8 @@ from trustmargin_integrations.evaluation.diagnostics import Scored, score_decisi
 from trustmargin_integrations.evaluation.learning_curve import curve_rows, curve_samples
 from trustmargin_integrations.evaluation.policy import PolicyTable, select_policy
 from trustmargin_integrations.evaluation.policy_check import PolicyCheckResult, check_policy
-from trustmargin_integrations.margins import (
-    POLICY_KINDS,
-    Policy,
-    Verdict,
-    apply_policy,
-    decide_among,
-    settle_among,
-)
+from trustmargin_integrations.margins import Verdict, decide_among, settle_among
+from trustmargin_integrations.policies import POLICY_KINDS, Policy, apply_policy
 from trustmargin_integrations.prompts import PROMPT_VERSION
 from trustmargin_integrations.schema import Decision
 

@@ -17,7 +17,8 @@ from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.evaluation.diagnostics import method_scores, score_records
 from trustmargin_integrations.evaluation.policy import PolicyTable
 from trustmargin_integrations.evaluation.policy_check import PolicyCheckResult, check_policy
-from trustmargin_integrations.margins import SETTLED, Verdict, apply_policy
+from trustmargin_integrations.margins import SETTLED, Verdict
+from trustmargin_integrations.policies import apply_policy
 
 QUESTIONS = ("q00", "q02", "q04", "q05", "q09", "q11", "q14", "q16")
 

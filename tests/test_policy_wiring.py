@@ -27,7 +27,7 @@ from trustmargin_integrations.llama_index import (
     PassageRetriever,
     TrustMarginQueryEngine,
 )
-from trustmargin_integrations.margins import Policy
+from trustmargin_integrations.policies import Policy
 from trustmargin_integrations.retrieval import BM25Index
 from trustmargin_integrations.schema import Decision, Passage
 

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.files import write_text_atomic
-from trustmargin_integrations.margins import Policy
+from trustmargin_integrations.policies import Policy
 
 Objective = Literal["f1", "em"]
 """The mean a calibration maximizes."""

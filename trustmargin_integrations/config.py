@@ -37,7 +37,7 @@ DecisionPolicy = Literal["rule", OneMarginPolicy, SingleSourcePolicy]
 """Who decides a question the arbiter scores: ``"rule"`` (the paper's margin rule with the
 config's lambda_bind and tau, the default), one margin against tau, or one source always. The
 names of the one-margin and single-source policies are those of
-:data:`~trustmargin_integrations.margins.PolicyKind` (one definition, here)."""
+:data:`~trustmargin_integrations.policies.PolicyKind` (one definition, here)."""
 
 _RULE_FIX = (f"pass a finite number: tau from -{TAU_LIMIT:g} to {TAU_LIMIT:g}, lambda_bind "
              f"from 0 to {LAMBDA_BIND_LIMIT:g}")

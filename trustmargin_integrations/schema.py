@@ -17,13 +17,12 @@ from trustmargin_integrations.config import DecisionPolicy, LambdaBind, Tau, che
 from trustmargin_integrations.margins import (
     SETTLED,
     Choice,
-    Policy,
     Reason,
     Variant,
-    apply_policy,
     decide_among,
     settle_among,
 )
+from trustmargin_integrations.policies import Policy, apply_policy
 
 Source = Literal["direct", "rag", "agree"]
 DecisionReason = Reason
@@ -275,7 +274,7 @@ class Decision(BaseModel):
         answer of a pairwise decision), None for Direct.
 
         With no argument, the decision's own policy replays through
-        :func:`~.margins.apply_policy`; with any argument, the margin rule
+        :func:`~.policies.apply_policy`; with any argument, the margin rule
         (:func:`~.margins.decide_among`) under those hyper-parameters, on the recorded
         margins of every candidate (the calibration grid and the ablations).
 

@@ -1,5 +1,5 @@
 """Decision assembly: the config's policy applied to a scored question's margins
-(:func:`~trustmargin_integrations.margins.apply_policy`, the paper's rule by default), then the
+(:func:`~trustmargin_integrations.policies.apply_policy`, the paper's rule by default), then the
 audit record (:class:`~trustmargin_integrations.schema.Decision`) with everything that led to
 it."""
 
@@ -12,14 +12,8 @@ from trustmargin_integrations.arbiter.candidates import Candidate
 from trustmargin_integrations.arbiter.plan import Plan
 from trustmargin_integrations.arbiter.preparation import PreparedQuestion
 from trustmargin_integrations.config import TrustMarginConfig
-from trustmargin_integrations.margins import (
-    Margins,
-    Policy,
-    PolicyVerdict,
-    Verdict,
-    apply_policy,
-    compute_margins,
-)
+from trustmargin_integrations.margins import Margins, Verdict, compute_margins
+from trustmargin_integrations.policies import Policy, PolicyVerdict, apply_policy
 from trustmargin_integrations.prompts import PROMPT_VERSION
 from trustmargin_integrations.schema import Decision, RagCandidate, Timings, ViewLikelihoods
 
@@ -97,6 +91,8 @@ def returned_text(candidate: Candidate, config: TrustMarginConfig) -> str:
     return candidate.raw.strip()
 
 
+# Long only by the Decision's field list (one keyword per audit field, ~35): kept in one call
+# so that where every recorded number comes from is visible in one place.
 def assemble_decision(
     prepared: PreparedQuestion,
     direct: Candidate,

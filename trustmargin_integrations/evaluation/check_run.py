@@ -22,7 +22,7 @@ from trustmargin_integrations.evaluation.policy import (
 )
 from trustmargin_integrations.evaluation.policy_check import PolicyCheckResult, check_policy
 from trustmargin_integrations.evaluation.rundir import load_run
-from trustmargin_integrations.margins import POLICY_KINDS
+from trustmargin_integrations.policies import POLICY_KINDS
 
 
 def check_run(run_dir: str | Path, *, objective: Objective = "f1", folds: int = DEFAULT_FOLDS,

@@ -32,7 +32,7 @@ from trustmargin_integrations.evaluation.policy import (
     PolicyTable,
     select_policy,
 )
-from trustmargin_integrations.margins import PolicyKind
+from trustmargin_integrations.policies import PolicyKind
 
 SIZES: tuple[int, ...] = (25, 50, 100, 200)
 DEFAULT_SEEDS = 200

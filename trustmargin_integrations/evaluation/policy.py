@@ -56,15 +56,13 @@ from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.bootstrap import Bootstrap, Difference, grouped_bootstrap
 from trustmargin_integrations.evaluation.calibration import Objective, Problem, assign_folds
 from trustmargin_integrations.evaluation.diagnostics import Scored
-from trustmargin_integrations.margins import (
+from trustmargin_integrations.margins import SETTLED, combined_margin, overrides
+from trustmargin_integrations.policies import (
     POLICY_KINDS,
     RULE_KINDS,
-    SETTLED,
     SINGLE_SOURCE_KINDS,
     Policy,
     PolicyKind,
-    combined_margin,
-    overrides,
 )
 
 Criterion = Literal["superior", "noninferior", "point"]
@@ -132,7 +130,7 @@ class PolicyTable:
 
     def chooses_rag(self, policy: Policy, index: Sequence[int]) -> np.ndarray:
         """Per question of ``index``: does ``policy`` keep the RAG answer (vectorized
-        :func:`~.margins.apply_policy` on the cached margins)."""
+        :func:`~.policies.apply_policy` on the cached margins)."""
         idx = np.asarray(index, dtype=int)
         if policy.kind == "always_rag":
             return np.ones(idx.size, dtype=bool)

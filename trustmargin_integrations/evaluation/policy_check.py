@@ -34,7 +34,7 @@ from trustmargin_integrations.evaluation.policy import (
     Selection,
     select_policy,
 )
-from trustmargin_integrations.margins import POLICY_KINDS, Policy
+from trustmargin_integrations.policies import POLICY_KINDS, Policy
 
 ENOUGH_QUESTIONS = SMALL_SAMPLE
 """Labeled questions per dataset below which the check warns that its choice is unreliable.
