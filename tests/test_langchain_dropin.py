@@ -23,6 +23,7 @@ from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableLambda, RunnablePassthrough
 
+from trustmargin_integrations.answers import answer_complete
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.langchain import (
@@ -228,7 +229,8 @@ def test_local_llm_answers_a_multi_line_prompt_in_full_and_streams(backend: Any)
     full = llm.invoke(LIST_PROMPT)
     # The first-line stop belongs to the paper's candidates: here the answer goes on.
     assert full.count("\n") >= 2, full
-    assert len(backend.generate([backend.render_prompt(LIST_PROMPT)], 40)[0]) < len(full)
+    paper = backend.generate([backend.render_prompt(LIST_PROMPT)], 40, stop=answer_complete)[0]
+    assert len(paper) < len(full)
     chunks = list(llm.stream(LIST_PROMPT))
     assert len(chunks) > 3 and "".join(chunks) == full
     stop = full.split("\n")[1]
