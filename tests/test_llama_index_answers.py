@@ -88,12 +88,15 @@ def test_a_multi_paragraph_answer_comes_back_whole(tm: TrustMargin, index: BM25I
     decision = response.metadata[METADATA_KEY]
     assert decision.source == "rag"
     assert response.response == RAG_CHAT  # all four lines, as the user's engine wrote them
-    assert decision.answer == "The Velmora Bridge was designed by the engineer Tomas Rilke"
+    # Scored on its answering sentence; the Decision's answer is the text as given.
+    assert decision.rag_answer == "The Velmora Bridge was designed by the engineer Tomas Rilke"
+    assert decision.answer == RAG_CHAT.strip()
     # Without evidence the closed-book side is kept, and it too comes back whole.
     response = wrapped(tm, index, RAG_CHAT, DIRECT_CHAT).query(UNANSWERABLE)
     decision = response.metadata[METADATA_KEY]
     assert (decision.reason, response.response) == ("no_evidence", DIRECT_CHAT)
-    assert decision.answer == "I believe it was Gustave Eiffel"
+    assert decision.direct_answer == "I believe it was Gustave Eiffel"
+    assert decision.answer == DIRECT_CHAT.strip()
 
 
 def test_a_scored_decision_returns_the_chosen_side_in_full(tm: TrustMargin,
@@ -105,7 +108,7 @@ def test_a_scored_decision_returns_the_chosen_side_in_full(tm: TrustMargin,
     assert response.response == chosen
     # The Decision keeps the short forms that were scored, and the texts they came from.
     assert (decision.direct_raw, decision.rag_raw) == (DIRECT_CHAT, RAG_CHAT)
-    assert decision.answer in (decision.direct_answer, decision.rag_answer)
+    assert decision.answer == chosen.strip()
 
 
 @pytest.mark.parametrize("direct", [

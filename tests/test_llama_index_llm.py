@@ -14,6 +14,7 @@ from llama_index.core.query_engine import RouterQueryEngine
 from llama_index.core.selectors import LLMSingleSelector
 from llama_index.core.tools import QueryEngineTool
 
+from trustmargin_integrations.answers import answer_complete
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
@@ -43,7 +44,8 @@ def test_answers_a_multi_line_prompt_in_full(llm: LocalLLM, listed: str, backend
     assert llm.metadata.is_chat_model and llm.metadata.num_output == 40
     assert LocalLLM(backend=backend).max_new_tokens == 256  # room for a synthesized answer
     # The paper's candidates stop after the first answer line; a chat answer does not.
-    first_line = backend.generate([backend.render_prompt(LIST_PROMPT)], 40)[0]
+    first_line = backend.generate([backend.render_prompt(LIST_PROMPT)], 40,
+                                  stop=answer_complete)[0]
     assert listed.count("\n") >= 2, listed
     assert listed.startswith(first_line.strip()) and len(listed) > len(first_line.strip())
     # It stopped because the model ended its turn, not at the token limit.
