@@ -193,7 +193,9 @@ def test_batch_is_one_scorer_call(batched: dict[str, Any]) -> None:
     for d in decisions[:2]:
         assert (d.tau, d.lambda_bind) == (-1.5, 0.5)  # tm.config when nothing overrides it
         assert d.m == pytest.approx(d.m_prior + 0.5 * d.m_bind)
-        assert d.answer == (d.rag_answer if d.m > -1.5 else d.direct_answer)
+        # The chosen side's text as given (its scored form when that is all there is).
+        kept = (d.rag_raw or d.rag_answer) if d.m > -1.5 else (d.direct_raw or d.direct_answer)
+        assert d.answer == kept.strip()
     assert decisions[1].passages[0].title == "France"
 
 
@@ -567,7 +569,8 @@ def test_lcel_chain_without_documents_answers_closed_book(short: TrustMargin,
     tracer = Tracer()
     decision = chain.invoke({"question": NO_MATCH}, config={"callbacks": [tracer]})
     assert (decision.reason, decision.source) == ("no_evidence", "direct")
-    assert decision.answer == decision.direct_answer and decision.answer
+    assert decision.answer == (decision.direct_raw or decision.direct_answer).strip()
+    assert decision.answer
     assert decision.rag_answer == "" and decision.passages_given == 0
     names = tracer.names()
     assert "closed_book" in names and "no_documents" in names
