@@ -456,8 +456,8 @@ def test_cleaning_parity_with_the_core(router: TrustMarginRouter, tm: TrustMargi
     assert (routed.direct_answer, routed.rag_answer) == ("Gustave Eiffel", "Marta Okonkwo")
     assert (routed.direct_raw, routed.rag_raw) == (raw["direct_answer"], raw["rag_answer"])
     assert routed.m is not None
-    assert any(w.startswith("direct_answer: cleaned") for w in routed.warnings)
-    assert any(w.startswith("rag_answer: cleaned") for w in routed.warnings)
+    assert any(w.startswith("direct_answer: scored on its short form") for w in routed.warnings)
+    assert any(w.startswith("rag_answer: scored on its short form") for w in routed.warnings)
 
 
 # -- the retriever ------------------------------------------------------------------------------

@@ -198,8 +198,8 @@ def test_arbiter_cleans_like_the_core(tm: TrustMargin, events: DecisionEvents) -
     assert (decision.answer, decision.source, decision.reason) == (core.answer, core.source,
                                                                    core.reason)
     assert decision.warnings == core.warnings
-    assert any("direct_answer: cleaned" in w for w in decision.warnings)
-    assert any("rag_answer: cleaned" in w for w in decision.warnings)
+    assert any("direct_answer: scored on its short form" in w for w in decision.warnings)
+    assert any("rag_answer: scored on its short form" in w for w in decision.warnings)
     assert [(p.id, p.title, p.score) for p in decision.passages] == [
         ("bridge", "Velmora Bridge", 1.0)]
     # The chosen side's text as given, the evidence, the caller's metadata and one reserved
