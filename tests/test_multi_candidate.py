@@ -411,7 +411,9 @@ def test_old_records_load_and_replay_unchanged() -> None:
     assert old.replay() == "direct" and old.replay_winner(tau=-1.5) == 0
     assert old.replay_answer(tau=-1.5) == "b" and old.replay_answer() == "a"
     dumped = json.loads(old.model_dump_json())
-    assert set(dumped) == set(Decision.model_fields) - {"rag_candidates", "winner"}
+    # The policy audit fields are left out under the default rule, like the multi-candidate ones.
+    assert set(dumped) == set(Decision.model_fields) - {"rag_candidates", "winner", "policy",
+                                                        "paper_choice", "paper_winner"}
     assert Decision.model_validate(dumped) == old
     with pytest.raises(ValueError, match="winner"):
         Decision.model_validate(_record(winner=0))
