@@ -158,6 +158,10 @@ CASES = [
         "calibrate", f / "run_shape"], "RUN_DIR"),
     Case("calibrate: --out a directory", lambda f: [
         "calibrate", f / "run", "--out", f / "empty_dir"], "--out"),
+    Case("check: --objective banana", lambda f: [
+        "check", f / "run", "--objective", "banana"], "--objective"),
+    Case("check: --out a directory", lambda f: [
+        "check", f / "run", "--out", f / "empty_dir"], "--out"),
     Case("calibrate: --out in a read-only folder", lambda f: [
         "calibrate", f / "run", "--folds", "0", "--resamples", "10", "--out",
         READ_ONLY / "tm_calibration.json"], "--out"),

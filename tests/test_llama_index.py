@@ -217,8 +217,10 @@ def test_arbiter_without_evidence_keeps_the_closed_book_answer(tm: TrustMargin) 
     result = arbiter.arbitrate("Who designed it?", "Gustave Eiffel.", "Tomas Rilke",
                                source_nodes=[])
     decision = result.metadata[METADATA_KEY]
+    # The chosen side comes back as the chain gave it; its scored short form is kept apart.
     assert (decision.reason, decision.source, decision.answer, result.response) == (
-        "no_evidence", "direct", "Gustave Eiffel", "Gustave Eiffel.")
+        "no_evidence", "direct", "Gustave Eiffel.", "Gustave Eiffel.")
+    assert decision.direct_answer == "Gustave Eiffel"
     via_async = asyncio.run(arbiter.aarbitrate("Who designed it?", "Gustave Eiffel.",
                                                Response("Tomas Rilke")))
     assert via_async.metadata[METADATA_KEY].reason == "no_evidence"

@@ -147,6 +147,9 @@ class _Interrupting:
         self.tm = tm
         self.batches = 0
 
+    def prepare_batch(self, items: Any, **kwargs: Any) -> Any:
+        return self.tm.prepare_batch(items, **kwargs)
+
     def arbitrate_batch(self, items: Any, **kwargs: Any) -> list[Decision]:
         self.batches += 1
         if self.batches == 2:

@@ -3,6 +3,7 @@ arbiter, the CLI, the adapters) never import a concrete engine."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from trustmargin_integrations.backends.base import Backend
@@ -15,10 +16,37 @@ def load_backend(model: str = "smollm2-135m", **kwargs: Any) -> Backend:
 
     Imported lazily: torch and transformers load only when a model does.
     """
+    check_model_source(model)
+    from trustmargin_integrations.backends.hf import HFBackend
+
+    return HFBackend.load(model, **kwargs)
+
+
+def check_model_source(model: Any) -> str:
+    """``model`` when it can name a model: a non-empty text, and a folder only if it holds a
+    model (``config.json``; transformers would otherwise fail deep inside with a tokenizer
+    error). Loads nothing.
+
+    Raises:
+        InvalidInputError: (field ``model``) not a name, or a folder without a model.
+    """
     if not isinstance(model, str) or not model.strip():
         raise InvalidInputError("model", f"must be a model name, directory, .gguf file or "
                                 f"Hugging Face id, got {model!r}",
                                 "pass e.g. 'smollm2-135m' (see `trustmargin models`)")
-    from trustmargin_integrations.backends.hf import HFBackend
+    folder = Path(model)
+    if folder.is_dir() and not (folder / "config.json").is_file():
+        raise InvalidInputError("model", f"{folder} holds no model (no config.json)",
+                                "pass a Hugging Face model folder, a .gguf file or a named "
+                                "model (trustmargin models)")
+    return model
 
-    return HFBackend.load(model, **kwargs)
+
+def check_device(device: str | None) -> None:
+    """Refuse a device torch cannot parse or this machine lacks, before any model loads (the
+    rule is the local backend's own :func:`~.hf.backend.pick_device`)."""
+    if device is None:
+        return
+    from trustmargin_integrations.backends.hf.backend import pick_device
+
+    pick_device(device)

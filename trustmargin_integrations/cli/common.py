@@ -36,32 +36,26 @@ def load_arbiter(model: str, device: str | None, dtype: str | None, *,
 
 
 def check_model(model: str) -> None:
-    """Refuse a --model folder that holds no model before loading it (transformers would
-    fail deep inside with a tokenizer error; the model loader is where this check belongs)."""
-    folder = Path(model)
-    if folder.is_dir() and not (folder / "config.json").is_file():
-        raise InvalidInputError("--model", f"{folder} holds no model (no config.json)",
-                                "pass a Hugging Face model folder, a .gguf file or a named "
-                                "model (trustmargin models)")
+    """Refuse a --model that names no model before loading it (the loader's own check)."""
+    from trustmargin_integrations.backends import loading
+
+    _as_option("--model", loading.check_model_source, model)
 
 
 def check_device(device: str | None) -> None:
-    """Refuse a --device torch cannot parse or this machine lacks, before any model loads."""
-    if device is None:
-        return
-    import torch
+    """Refuse a --device torch cannot parse or this machine lacks, before any model loads
+    (the backend's own rule)."""
+    from trustmargin_integrations.backends import loading
 
+    _as_option("--device", loading.check_device, device)
+
+
+def _as_option(option: str, check: Any, value: Any) -> None:
+    """Run a library check, its error named by the command-line option the user typed."""
     try:
-        parsed = torch.device(device)
-    except (RuntimeError, ValueError) as exc:
-        raise InvalidInputError("--device", f"{device!r} is not a device ({exc})",
-                                "pass cpu, cuda or cuda:N, or omit it (auto)") from None
-    if parsed.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if (parsed.index or 0) >= count:
-            raise InvalidInputError("--device", f"{device!r} is not available here ({count} "
-                                    "CUDA device(s) visible)",
-                                    "pass cpu, or omit it to use what is present")
+        check(value)
+    except InvalidInputError as exc:
+        raise InvalidInputError(option, exc.problem, exc.fix) from None
 
 
 def calibration_option(value: Any, model: str, config: dict[str, Any]) -> Any:

@@ -42,7 +42,7 @@ def pick_device(device: str | None) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         chosen = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
+    except (RuntimeError, TypeError, ValueError) as exc:
         raise InvalidInputError("device", f"{device!r} is not a device name ({exc})",
                                 "pass cpu, cuda or cuda:N (or leave it out)") from None
     if chosen.type == "cuda":
