@@ -12,6 +12,8 @@ from trustmargin_integrations.backends.hf import HFBackend
 from trustmargin_integrations.context import (
     MIN_CONTEXT_TOKENS,
     SEPARATOR_SLACK_TOKENS,
+    BuiltContext,
+    build_context,
     context_room,
     tokens_before_context,
 )
@@ -76,3 +78,49 @@ def test_pipeline_prompt_meets_the_same_edge_as_the_arbiter(backend: HFBackend) 
                            index, max_new_tokens=20)
     with pytest.raises(InvalidInputError, match="too long for the model's"):
         below._prompt_over_fitting(QUESTION, passages, 20)
+
+
+def _reference(passages: list[str], budget: int, backend: HFBackend) -> BuiltContext:
+    """The same context with no head cut: every passage counted whole (what the builder did
+    before, at about 130 bytes of memory per character)."""
+    import trustmargin_integrations.context as context
+
+    saved = context.HEAD_CHARS_PER_TOKEN
+    context.HEAD_CHARS_PER_TOKEN = 10**9
+    try:
+        return build_context(passages, backend.count_tokens, budget, backend.truncate_tokens)
+    finally:
+        context.HEAD_CHARS_PER_TOKEN = saved
+
+
+@pytest.mark.parametrize("shape", ["prose", "one long word", "runs of spaces", "digits"])
+def test_a_huge_passage_is_counted_by_its_head_and_the_context_is_unchanged(
+    backend: HFBackend, shape: str
+) -> None:
+    """Issue 19, item 5: only a budget's worth of a huge passage is ever tokenized, and the
+    context is the one that counting the whole passage gives (also for text of many
+    characters per token, where the head must grow)."""
+    unit = {"prose": "The Zelvora Bridge was designed by Marta Okonkwo in 1962. ",
+            "one long word": "zelvora", "runs of spaces": "x" + " " * 300,
+            "digits": "0123456789"}[shape]
+    huge = unit * (200_000 // len(unit))  # about 200 KB
+    seen: list[int] = []
+
+    def counting(text: str) -> int:
+        seen.append(len(text))
+        return backend.count_tokens(text)
+
+    for passages in ([huge, "Second passage."], ["A short first passage.", huge]):
+        built = build_context(passages, counting, 120, backend.truncate_tokens)
+        assert max(seen) < 50_000, f"a text of {max(seen):,} characters was tokenized"
+        assert built == _reference(passages, 120, backend)
+        seen.clear()
+
+
+def test_the_arbiter_keeps_a_huge_passage_within_a_budget(tm: TrustMargin) -> None:
+    """End to end: 2 MB of passage text prepares at the size of its budget, not its own."""
+    huge = "The Zelvora Bridge was designed by Marta Okonkwo in 1962. " * 35_000
+    prepared = tm.prepare({"question": QUESTION, "passages": [huge]})
+    assert prepared.context.truncated
+    assert prepared.context.num_tokens <= tm.config.max_context_tokens
+    assert prepared.context.text.count("Zelvora") < 200

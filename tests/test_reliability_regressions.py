@@ -69,9 +69,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from pydantic import ValidationError
 
 # Shared instrumentation beside the tests (tests/reliability_support.py).
+from cli_support import run_main
+from pydantic import ValidationError
 from reliability_support import WindowGuard, time_limit
 from typer.testing import CliRunner
 
@@ -758,3 +759,64 @@ def test_score_output_and_store_get_the_same_file_mode(tm: TrustMargin, tmp_path
     os.umask(umask)
     modes = {p.name: p.stat().st_mode & 0o777 for p in (out, tmp_path / "out.jsonl.cache")}
     assert set(modes.values()) == {0o666 & ~umask}, modes
+
+
+# -- issue 19, items 5 and 10: user-sized loops, duplicate keys, repeated warnings -----------
+
+
+def test_a_duplicate_json_key_is_refused_at_every_reader(tmp_path: Path) -> None:
+    """The standard parser silently keeps the last of two equal keys; every file a user
+    gives us (score input, corpus, dataset, calibration) refuses it, naming the record."""
+    from trustmargin_integrations.calibration import Calibration
+    from trustmargin_integrations.evaluation.datasets import load_examples
+    from trustmargin_integrations.retrieval.corpus import load_corpus
+
+    twice = ('{"question": "Q1?", "question": "Q2?", "passages": ["p"], '
+             '"direct_answer": "a", "rag_answer": "b"}\n')
+    score_input = tmp_path / "in.jsonl"
+    score_input.write_text(twice, encoding="utf-8")
+    with pytest.raises(InvalidInputError) as err:
+        run_score(score_input, tmp_path / "out.jsonl", _settings(), Loader(None),
+                  batch_size=1, progress=False)
+    assert err.value.field == f"{score_input}:1" and "'question' twice" in str(err.value)
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"title": "A", "text": "x", "text": "y"}\n', encoding="utf-8")
+    with pytest.raises(InvalidInputError, match="'text' twice"):
+        load_corpus(corpus)
+    dataset = tmp_path / "labeled.json"
+    dataset.write_text('[{"question": "Q?", "answer": "a", "answer": "b", '
+                       '"passages": ["p"]}]', encoding="utf-8")
+    with pytest.raises(InvalidInputError, match="'answer' twice"):
+        load_examples(dataset)
+    calibration = tmp_path / "calibration.json"
+    calibration.write_text('{"lambda_bind": 0.5, "lambda_bind": 0.9}', encoding="utf-8")
+    with pytest.raises(InvalidInputError, match="'lambda_bind' twice"):
+        Calibration.load(calibration)
+    nan = tmp_path / "nan.jsonl"
+    nan.write_text('{"title": "A", "text": "x", "score": NaN}\n', encoding="utf-8")
+    with pytest.raises(InvalidInputError, match="NaN is not a JSON number"):
+        load_corpus(nan)
+
+
+def test_rearbitrating_a_prepared_question_records_its_warnings_once(tm: TrustMargin) -> None:
+    prepared = tm.prepare({"question": QUESTION, "passages": [PASSAGE],
+                           "direct_answer": "Sure! Gustave Eiffel.\n\nMore.",
+                           "rag_answer": "Marta Okonkwo"})
+    first = tm.arbitrate_batch([prepared])[0]
+    again = tm.arbitrate_batch([prepared])[0]
+    assert any("direct_answer: scored on its short form" in w for w in first.warnings)
+    assert again.warnings == first.warnings
+    assert (again.m, again.answer) == (first.m, first.answer)
+
+
+def test_bootstrap_resamples_are_capped_before_any_work(tmp_path: Path) -> None:
+    """``calibrate --resamples 100000000`` grew past 6 GB; now it is one typed line."""
+    from trustmargin_integrations.evaluation.bootstrap import MAX_RESAMPLES, paired_bootstrap
+
+    with pytest.raises(InvalidInputError) as err:
+        paired_bootstrap({"direct": [0.0, 1.0], "rag": [1.0, 1.0]},
+                         resamples=MAX_RESAMPLES + 1)
+    assert err.value.field == "resamples"
+    for command in ("calibrate", "check"):
+        run = run_main(command, str(tmp_path / "no_run"), "--resamples", "100000000")
+        assert run.exit_code == 2 and "--resamples" in run.output, run.output

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from trustmargin_integrations import strict_json
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.files import write_text_atomic
@@ -153,7 +154,9 @@ class Calibration(BaseModel):
             raise InvalidInputError("calibration", f"{file} does not exist",
                                     "pass the file written by `trustmargin calibrate RUN_DIR`")
         try:
-            return cls.model_validate_json(file.read_text(encoding="utf-8"))
+            data = strict_json.loads(file.read_bytes(), "calibration",
+                                     "re-create it with `trustmargin calibrate RUN_DIR`")
+            return cls.model_validate(data)
         except ValidationError as exc:
             problem = exc.errors()[0]
             where = ".".join(str(p) for p in problem["loc"]) or "file"

@@ -19,6 +19,15 @@ SEPARATOR_SLACK_TOKENS = 8
 # A context smaller than this holds no useful evidence: a question whose prompts leave less
 # room is too long for the model, not a question to answer from a sliver of a passage.
 MIN_CONTEXT_TOKENS = 16
+# Tokenizing a passage costs about 130 bytes of memory per character (a 50 MB passage took
+# 6.6 GB and two minutes) even when only a budget's worth of its tokens can be kept. So a
+# passage longer than (budget + HEAD_SLACK_TOKENS) * HEAD_CHARS_PER_TOKEN characters is
+# counted by its head only. Natural text has about 4 characters per token; a head that still
+# holds fewer than budget + HEAD_SLACK_TOKENS tokens is grown until it does (or is the whole
+# passage), so the cut never changes a result: tokenization is local, and the slack keeps
+# the tokens that the cut can disturb past the budget's end.
+HEAD_CHARS_PER_TOKEN = 12
+HEAD_SLACK_TOKENS = 64
 
 
 def tokens_before_context(fixed_prompt_tokens: int, answer_tokens: int) -> int:
@@ -85,8 +94,11 @@ def build_contexts(
     if len(passage_lists) != len(budgets):
         raise ValueError("one budget per passage list is needed")
     many = count_many or (lambda texts: [count_tokens(t) for t in texts])
-    lines = [[format_passage(i, p) for i, p in enumerate(ps)] for ps in passage_lists]
+    heads = [[_head(p, budget, HEAD_CHARS_PER_TOKEN) for p in ps]
+             for ps, budget in zip(passage_lists, budgets, strict=True)]
+    lines = [[format_passage(i, p) for i, p in enumerate(ps)] for ps in heads]
     flat = many([line for own in lines for line in own])
+    _grow_short_heads(passage_lists, budgets, heads, lines, flat, count_tokens)
     newline = count_tokens("\n") if flat else 0
     estimates, start = [], 0
     for own, budget in zip(lines, budgets, strict=True):
@@ -96,12 +108,40 @@ def build_contexts(
     exact_counts = dict(zip(joined, many(["\n".join(lines[i][:estimates[i][0]])
                                           for i in joined]), strict=True))
     built = []
-    for i, (passages, budget) in enumerate(zip(passage_lists, budgets, strict=True)):
+    for i, (passages, budget) in enumerate(zip(heads, budgets, strict=True)):
         n, estimated = estimates[i]
         exact = {0: 0, n: exact_counts[i]} if n else {0: 0}
         used, tokens = _settle(lines[i], budget, n, estimated, exact, count_tokens)
         built.append(_built(passages, used, tokens, budget, count_tokens, truncate_tokens))
     return built
+
+
+def _head(passage: str, budget: int, chars_per_token: int) -> str:
+    """The passage, or its head when it is far longer than ``budget`` tokens can hold."""
+    limit = (max(budget, 0) + HEAD_SLACK_TOKENS) * chars_per_token
+    return passage if len(passage) <= limit else passage[:limit]
+
+
+def _grow_short_heads(passage_lists: Sequence[Sequence[str]], budgets: Sequence[int],
+                      heads: list[list[str]], lines: list[list[str]], flat: list[int],
+                      count_tokens: Callable[[str], int]) -> None:
+    """Make every cut head hold more than its budget (+ slack) tokens, in place.
+
+    A head with fewer tokens than that (text of many characters per token, such as runs of
+    spaces) is not known to be over budget: it grows fourfold until it is, or is whole.
+    """
+    at = 0
+    for passages, budget, own_heads, own_lines in zip(passage_lists, budgets, heads, lines,
+                                                      strict=True):
+        for i, passage in enumerate(passages):
+            chars = HEAD_CHARS_PER_TOKEN
+            while (len(own_heads[i]) < len(passage)
+                   and flat[at + i] <= max(budget, 0) + HEAD_SLACK_TOKENS):
+                chars *= 4
+                own_heads[i] = _head(passage, budget, chars)
+                own_lines[i] = format_passage(i, own_heads[i])
+                flat[at + i] = count_tokens(own_lines[i])
+        at += len(passages)
 
 
 def _built(passages: Sequence[str], used: int, tokens: int, max_tokens: int,

@@ -18,13 +18,13 @@ carried to its Decision under ``metadata``.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trustmargin_integrations import strict_json
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
@@ -107,11 +107,7 @@ def read_records(path: Path, settings: Mapping[str, Any]) -> list[ScoreRecord]:
                                         "save the file as UTF-8") from None
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InvalidInputError(where, f"is not JSON ({exc.msg}, column {exc.colno})",
-                                        "write one JSON object per line") from None
+            record = strict_json.loads(line, where, "write one JSON object per line")
             if not isinstance(record, dict):
                 raise InvalidInputError(where, f"is a JSON {type(record).__name__}, not an "
                                         "object", "write one JSON object per line")

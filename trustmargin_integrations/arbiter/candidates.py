@@ -35,9 +35,8 @@ def side_candidates(
         if text is not None:
             out[i] = cleaned(config, text, generated=False)
             if out[i].raw is not None:  # type: ignore[union-attr]
-                chunk[i].input.warnings.append(
-                    f"{side}_answer: scored on its short form "
-                    f"({text!r} -> {out[i].answer!r})")  # type: ignore[union-attr]
+                _note(chunk[i], f"{side}_answer: scored on its short form "
+                      f"({text!r} -> {out[i].answer!r})")  # type: ignore[union-attr]
     # A RAG answer without evidence is never needed: the decision is "no_evidence".
     # A question with rag_candidates has its RAG side given: nothing is generated.
     todo = [i for i, p in enumerate(chunk)
@@ -83,8 +82,14 @@ def rag_options(config: TrustMarginConfig, prepared: PreparedQuestion,
         option = cleaned(config, text, generated=False)
         option.name = label
         if option.raw is not None:
-            prepared.input.warnings.append(
-                f"rag_candidates[{i}]: scored on its short form "
-                f"({text!r} -> {option.answer!r})")
+            _note(prepared, f"rag_candidates[{i}]: scored on its short form "
+                            f"({text!r} -> {option.answer!r})")
         out.append(option)
     return out
+
+
+def _note(prepared: PreparedQuestion, warning: str) -> None:
+    """Record a warning about the question's input once: a prepared question may be
+    arbitrated again (another tau, another policy), and its input has not changed."""
+    if warning not in prepared.input.warnings:
+        prepared.input.warnings.append(warning)

@@ -56,8 +56,10 @@ def check(
     Load the result with ``TrustMargin.from_pretrained(model, calibration=FILE)`` or
     ``--calibration FILE``.
     """
+    from trustmargin_integrations.evaluation.bootstrap import check_resamples
     from trustmargin_integrations.evaluation.check_run import check_run, describe_check
 
+    check_resamples(resamples, "--resamples")  # before any model or file work
     if objective not in ("f1", "em"):
         raise InvalidInputError("--objective", f"must be f1 or em, got {objective!r}",
                                 "pass --objective f1 or --objective em")

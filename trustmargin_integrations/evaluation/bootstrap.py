@@ -177,11 +177,22 @@ def grouped_bootstrap(
                      confidence=confidence, methods=out_methods, differences=differences)
 
 
+# Every resample keeps one mean per method: 10^8 resamples took more than 6 GB. A million
+# already puts a 95% interval's ends within about 0.01 F1 points of their limit.
+MAX_RESAMPLES = 1_000_000
+
+
+def check_resamples(resamples: int, field: str = "resamples") -> None:
+    """Refuse a resample count outside ``1..MAX_RESAMPLES`` (named ``field``)."""
+    if isinstance(resamples, bool) or not isinstance(resamples, int) or not (
+            1 <= resamples <= MAX_RESAMPLES):
+        raise InvalidInputError(field, f"must be an integer in 1..{MAX_RESAMPLES:,}, got "
+                                f"{resamples!r}", "use 10000 (the default)")
+
+
 def _validate(groups: Mapping[str, Mapping[str, Sequence[float]]], resamples: int,
               confidence: float) -> tuple[dict[str, np.ndarray], list[str]]:
-    if resamples < 1:
-        raise InvalidInputError("resamples", f"must be >= 1, got {resamples}",
-                                "use 10000 (the default)")
+    check_resamples(resamples)
     if not 0 < confidence < 1:
         raise InvalidInputError("confidence", f"must be in (0, 1), got {confidence}",
                                 "use 0.95 (the default)")

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trustmargin_integrations import strict_json
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.files import write_text_atomic
 from trustmargin_integrations.schema import Passage
@@ -129,19 +130,12 @@ def _records(file: Path) -> list[tuple[str, Any]]:
         for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
-            try:
-                out.append((f"{file.name}:{number}", json.loads(line)))
-            except json.JSONDecodeError as exc:
-                raise InvalidInputError(f"{file.name}:{number}", f"is not valid JSON "
-                                        f"({exc.msg})", "give one JSON object {question, "
-                                        "answer, passages} per line") from exc
+            where = f"{file.name}:{number}"
+            out.append((where, strict_json.loads(line, where, "give one JSON object "
+                                                 "{question, answer, passages} per line")))
         return out
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidInputError(str(file), f"is not valid JSON ({exc.msg})",
-                                "give a JSON list of {test_id, question, answer} records "
-                                "(or a .jsonl file, one record per line)") from exc
+    data = strict_json.loads(text, str(file), "give a JSON list of {test_id, question, "
+                             "answer} records (or a .jsonl file, one record per line)")
     if not isinstance(data, list):
         raise InvalidInputError(str(file), "is not a JSON list",
                                 "give a JSON list of {test_id, question, answer} records")

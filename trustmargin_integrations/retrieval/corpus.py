@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from trustmargin_integrations import strict_json
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.schema import Passage
 
@@ -15,18 +15,11 @@ def _records(path: Path) -> list[object]:
         out = []
         for n, line in enumerate(text.splitlines(), 1):
             if line.strip():
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise InvalidInputError(f"{path}:{n}", f"is not valid JSON ({exc.msg})",
-                                            "write one JSON object per line") from exc
+                out.append(strict_json.loads(line, f"{path}:{n}",
+                                             "write one JSON object per line"))
         return out
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidInputError(str(path), f"is not valid JSON ({exc.msg})",
-                                "give a JSON list of {title, text} objects or a .jsonl file"
-                                ) from exc
+    data = strict_json.loads(text, str(path),
+                             "give a JSON list of {title, text} objects or a .jsonl file")
     if isinstance(data, dict):
         data = data.get("passages", data.get("corpus", data.get("data")))
     if not isinstance(data, list):
