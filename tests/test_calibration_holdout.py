@@ -193,6 +193,30 @@ def test_report_has_the_calibrated_rule_and_question_types(tmp_path: Path) -> No
         build_report(run, calibration=other)
 
 
+def test_report_applies_a_calibration_files_policy_not_only_its_numbers(tmp_path: Path
+                                                                       ) -> None:
+    """A file written by ``trustmargin check`` may say "always RAG": the report's row for it
+    must be plain RAG's scores, not the margin rule under the file's lambda and tau."""
+    from trustmargin_integrations.policies import Policy
+
+    run = tmp_path / "run"
+    _write_run(run, {"a": 50, "b": 30}, types=("comparison", "compositional"))
+    c, _ = calibrate_run(run, folds=0, holdout=0.5, split_seed=0, resamples=200)
+    rule_md = build_report(run, calibration=c).read_text(encoding="utf-8")
+    rule_row = json.loads((run / "summary.json").read_text())["calibrated"]["calibration_file"]
+    always_rag = c.model_copy(update={"policy": Policy.always_rag()})
+    md = build_report(run, calibration=always_rag).read_text(encoding="utf-8")
+    assert "**Calibration file** (policy always-RAG;" in md
+    held = json.loads((run / "summary.json").read_text())["calibrated"]["calibration_file"]
+    for name in ("a", "b", "average"):
+        methods = held[name]["f1"]["methods"]
+        assert methods["calibrated"]["mean"] == pytest.approx(methods["rag"]["mean"])
+    assert held["policy"] == {"policy": "always_rag"}
+    assert rule_row["average"]["f1"]["methods"]["calibrated"]["mean"] != pytest.approx(
+        held["average"]["f1"]["methods"]["calibrated"]["mean"])
+    assert "**Calibration file** (policy TrustMargin (fitted: lambda" in rule_md
+
+
 def test_grid_choices_are_the_replayed_rule_in_every_cell() -> None:
     # The grid is computed array-wise with margins.py's combined_margin and overrides; it must
     # equal Decision.replay cell by cell, settled decisions and margins at a cell edge included.

@@ -286,10 +286,34 @@ class Decision(BaseModel):
         lam = self.lambda_bind if lambda_bind is None else check_rule_value(
             "lambda_bind", lambda_bind)
         threshold = self.tau if tau is None else check_rule_value("tau", tau)
+        if own:
+            return self.replay_policy(Policy.from_setting(self.policy, self.lambda_bind,
+                                                          self.tau))
+        margins = self._recorded_margins()
+        if margins is None:
+            return self._settled_winner()
+        verdict = decide_among(margins, lam, threshold, variant)
+        return verdict.candidate if verdict.choice == "rag" else None
+
+    def replay_policy(self, policy: Policy) -> int | None:
+        """Which RAG candidate ``policy`` keeps for this question (None for Direct), on the
+        recorded margins: how a calibration file's or the domain check's policy would have
+        decided. A decision settled before scoring keeps its outcome under every policy, as
+        the arbiter keeps it (its RAG answer is blank or absent, or equals Direct)."""
+        margins = self._recorded_margins()
+        if margins is None:
+            return self._settled_winner()
+        return apply_policy(policy, margins).candidate
+
+    def _settled_winner(self) -> int | None:
+        return None if SETTLED[self.reason] == "direct" else (
+            self.winner if self.rag_candidates else 0)
+
+    def _recorded_margins(self) -> list[tuple[float, float] | None] | None:
+        """``(M_prior, M_bind)`` per RAG candidate; None for a decision settled before any
+        scoring (no evidence, a blank answer, equal answers)."""
         if self.reason in SETTLED:
-            if SETTLED[self.reason] == "direct":
-                return None
-            return self.winner if self.rag_candidates else 0
+            return None
         if self.rag_candidates:
             margins = [None if c.m_prior is None or c.m_bind is None else (c.m_prior, c.m_bind)
                        for c in self.rag_candidates]
@@ -298,11 +322,7 @@ class Decision(BaseModel):
                        else (self.m_prior, self.m_bind)]
         if all(pair is None for pair in margins):
             raise ValueError(f"decision {self.id!r} has reason {self.reason!r} but no margins")
-        if own:
-            policy = Policy.from_setting(self.policy, self.lambda_bind, self.tau)
-            return apply_policy(policy, margins).candidate
-        verdict = decide_among(margins, lam, threshold, variant)
-        return verdict.candidate if verdict.choice == "rag" else None
+        return margins
 
     def replay_answer(
         self,

@@ -136,15 +136,70 @@ def _records(file: Path) -> list[tuple[str, Any]]:
         return out
     data = strict_json.loads(text, str(file), "give a JSON list of {test_id, question, "
                              "answer} records (or a .jsonl file, one record per line)")
+    if isinstance(data, dict):
+        return _llama_index_records(data, file)
     if not isinstance(data, list):
         raise InvalidInputError(str(file), "is not a JSON list",
                                 "give a JSON list of {test_id, question, answer} records")
     return [(f"{file.name}[{i}]", rec) for i, rec in enumerate(data)]
 
 
+def _llama_index_records(data: dict[str, Any], file: Path) -> list[tuple[str, Any]]:
+    """A LlamaIndex evaluation dataset saved with ``save_json``, as our records.
+
+    ``LabelledRagDataset``: ``{"examples": [{query, reference_answer, reference_contexts}]}``;
+    ``QueryResponseDataset``: ``{"queries": {id: query}, "responses": {id: answer}}``. The
+    reference contexts are the text each question was written from, not what the user's
+    retriever returns, so they are not taken as passages: measuring RAG on its own gold
+    context would favour RAG. Retrieve with ``--corpus`` / ``--index`` instead.
+    """
+    if isinstance(data.get("examples"), list):
+        out = []
+        for i, example in enumerate(data["examples"]):
+            where = f"{file.name}.examples[{i}]"
+            if not isinstance(example, dict):
+                raise InvalidInputError(where, "is not an object",
+                                        "save the dataset with LabelledRagDataset.save_json")
+            out.append((where, {"question": example.get("query"), "id": i,
+                                "answer": example.get("reference_answer")}))
+        return out
+    queries, responses = data.get("queries"), data.get("responses")
+    if isinstance(queries, dict) and isinstance(responses, dict):
+        return [(f"{file.name}.queries[{key!r}]", {"id": key, "question": query,
+                                                   "answer": responses.get(key)})
+                for key, query in queries.items()]
+    raise InvalidInputError(str(file), "is a JSON object, not a list of records nor a "
+                            "LlamaIndex dataset ({examples} or {queries, responses})",
+                            "give a JSON list of {question, answer} records")
+
+
+# Where LangSmith examples usually keep the question and the reference answer.
+LANGSMITH_QUESTION_KEYS = ("question", "input", "query")
+LANGSMITH_ANSWER_KEYS = ("answer", "answers", "output", "reference", "expected")
+
+
+def _langsmith_record(record: Any) -> Any:
+    """A LangSmith example (``{"inputs": {...}, "outputs": {...}}``, as ``Example`` objects
+    dump and dataset exports write them) as our record; any other record as it is."""
+    if not isinstance(record, dict) or "question" in record or not isinstance(
+            record.get("inputs"), dict):
+        return record
+    inputs, outputs = record["inputs"], record.get("outputs") or {}
+    flat = {"id": record.get("id"),
+            "question": next((inputs[k] for k in LANGSMITH_QUESTION_KEYS if k in inputs), None),
+            "answer": next((outputs[k] for k in LANGSMITH_ANSWER_KEYS if k in outputs), None)}
+    passages = next((inputs[k] for k in ("passages", "context", "contexts") if k in inputs),
+                    None)
+    if isinstance(passages, list):
+        flat["passages"] = passages
+    return {k: v for k, v in flat.items() if v is not None}
+
+
 def load_examples(path: str | Path, dataset: str | None = None) -> list[EvalExample]:
     """Read one question file, in file order: a JSON list or a JSONL file (``.jsonl``) of
-    ``{question, answer | answers[, passages][, test_id | id]}`` records.
+    ``{question, answer | answers[, passages][, test_id | id]}`` records, LangSmith examples
+    (``{inputs: {question}, outputs: {answer}}``, also in a JSON list) or a LlamaIndex
+    evaluation dataset's ``save_json`` file.
 
     Raises:
         InvalidInputError: the file is missing or not JSON / JSONL, or a record is bad; the
@@ -157,7 +212,8 @@ def load_examples(path: str | Path, dataset: str | None = None) -> list[EvalExam
                                 "dataset")
     name = dataset or file.stem
     out = []
-    for i, (where, rec) in enumerate(_records(file)):
+    for i, (where, given) in enumerate(_records(file)):
+        rec = _langsmith_record(given)
         if not isinstance(rec, dict) or not isinstance(rec.get("question"), str):
             raise InvalidInputError(f"{where}.question", "is missing or not a string",
                                     "give every record a 'question' string")

@@ -27,6 +27,7 @@ from trustmargin_integrations.evaluation.report.formatting import (
     metric_boots,
 )
 from trustmargin_integrations.evaluation.report.view import RunView, Section
+from trustmargin_integrations.policies import Policy
 from trustmargin_integrations.prompts import PROMPT_VERSION
 
 CALIBRATED_METHODS = ("direct", "rag", "default", "calibrated", "oracle")
@@ -63,7 +64,8 @@ def _cross_validated(scored: Mapping[str, Sequence[Scored]],
     if total < 2 * CV_FOLDS:
         return []
     cv = cross_validate(Problem(scored, "f1"), CV_FOLDS, CV_SEED, resamples=1)
-    fit_of = {q: (f.fit.lambda_bind, f.fit.tau) for f in cv.fold_fits for q in f.test}
+    fit_of = {q: Policy.fitted(f.fit.lambda_bind, f.fit.tau) for f in cv.fold_fits
+              for q in f.test}
     groups, start = {}, 0
     for name, items in scored.items():
         chosen = [fit_of[q] for q in range(start, start + len(items))]
@@ -89,16 +91,17 @@ def _calibration_file(scored: Mapping[str, Sequence[Scored]], calibration: Calib
              f"({len(fitted)} ids listed in the file)" if fitted else
              "all questions of this run: the file lists no fitted ids, so some of them "
              "may be in its fit and this row may be optimistic")
-    lines = [f"**Calibration file** (lambda_bind {calibration.lambda_bind:g}, tau "
-             f"{calibration.tau:g}; fitted on {calibration.fitted_on.n} questions of "
-             f"run {calibration.fitted_on.run_dir}) on {where}:", ""]
+    policy = calibration.decision_policy
+    lines = [f"**Calibration file** (policy {policy.label}; fitted on "
+             f"{calibration.fitted_on.n} questions of run {calibration.fitted_on.run_dir}) on "
+             f"{where}:", ""]
     if not held:
         return [*lines, "(no question of this run lies outside the fit)", ""]
-    const = (calibration.lambda_bind, calibration.tau)
-    groups = {n: _with_calibrated(items, [const] * len(items)) for n, items in held.items()}
+    groups = {n: _with_calibrated(items, [policy] * len(items)) for n, items in held.items()}
     rows, summary["calibration_file"] = _calibrated_rows(groups)
     summary["calibration_file"]["lambda_bind"] = calibration.lambda_bind
     summary["calibration_file"]["tau"] = calibration.tau
+    summary["calibration_file"]["policy"] = policy.setting
     return [*lines, *markdown_table(_HEADER, rows), ""]
 
 
@@ -120,14 +123,14 @@ def _calibrated_rows(groups: Mapping[str, MethodScores]
     return rows, summary
 
 
-def _with_calibrated(subset: Sequence[Scored], chosen: Sequence[tuple[float, float]]
+def _with_calibrated(subset: Sequence[Scored], chosen: Sequence[Policy]
                      ) -> dict[str, tuple[list[float], list[float]]]:
-    """Per-question (F1, EM) of the fixed methods plus the calibrated rule's ``chosen``
-    (lambda, tau) per question."""
+    """Per-question (F1, EM) of the fixed methods plus the calibrated ``chosen`` policy per
+    question (a fold's fitted rule, or a calibration file's policy)."""
     base = per_question_scores(subset, methods=("direct", "rag", "trustmargin", "oracle"))
     f1s, ems = [], []
-    for s, (lam, tau) in zip(subset, chosen, strict=True):
-        choice = s.decision.replay(lam, tau)
+    for s, policy in zip(subset, chosen, strict=True):
+        choice = "direct" if s.decision.replay_policy(policy) is None else "rag"
         f1s.append(s.f1(choice))
         ems.append(s.em(choice))
     return {"direct": base["direct"], "rag": base["rag"], "default": base["trustmargin"],
