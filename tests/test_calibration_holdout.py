@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -252,3 +253,40 @@ def test_cli_calibration_option_conflicts_and_unknown_models(tmp_path: Path) -> 
     assert unknown.exit_code != 0
     text = " ".join(unknown.output.split()) + str(unknown.exception or "")
     assert "no calibration is shipped" in text
+
+
+def test_check_with_holdout_chooses_on_one_part_and_scores_on_the_other(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``check --holdout 0.5``: the policy is chosen on the fitted half only (a spy on the
+    selection's questions), and the file's held-out row is that policy replayed on the other
+    half (``Decision.replay_policy``), next to the paper's rule and both sources."""
+    from trustmargin_integrations.evaluation import check_run as module
+    from trustmargin_integrations.evaluation.diagnostics import score_records
+    from trustmargin_integrations.evaluation.rundir import load_run
+
+    run = tmp_path / "run"
+    _write_run(run, {"a": 60, "b": 40})
+    seen: list[list[int]] = []
+    real = module.check_policy
+
+    def spy(table: Any, index: Any = None, **kwargs: Any) -> Any:
+        seen.append(list(index))
+        return real(table, index, **kwargs)
+
+    monkeypatch.setattr(module, "check_policy", spy)
+    result, c = module.check_run(run, folds=2, resamples=200, holdout=0.5, split_seed=1)
+    scored = [s for r in load_run(run) for s in score_records(r.records)]
+    fitted = set(c.fitted_on.question_ids)
+    assert len(fitted) == 50 and [len(i) for i in seen] == [50]
+    assert {str(scored[q].decision.id) for q in seen[0]} == fitted
+    held = [s for s in scored if str(s.decision.id) not in fitted]
+    assert c.held_out is not None and c.held_out.n == 50
+    assert c.held_out.sizes == {"a": 30, "b": 20}
+    by_policy = {name: [s.f1("direct" if s.decision.replay_policy(policy) is None else "rag")
+                        for s in held if s.decision.id.startswith(name)]
+                 for name in ("a", "b") for policy in [c.decision_policy]}
+    expected = 100 * np.mean([np.mean(v) for v in by_policy.values()])
+    assert c.held_out.methods["calibrated"].mean == pytest.approx(expected)
+    assert c.policy == result.chosen
+    lines = module.describe_check(result, c)
+    assert any("held out before choosing" in line for line in lines)

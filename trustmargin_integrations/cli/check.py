@@ -49,6 +49,10 @@ def check(
     folds: Annotated[int, typer.Option(help="Folds of both cross-validation levels.")] = 5,
     seed: Annotated[int, typer.Option(help="Seed of the folds and the bootstrap.")] = 0,
     resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 10_000,
+    holdout: Annotated[float, typer.Option(
+        help="Share of each dataset set aside before choosing, used only to score the chosen "
+             "policy on unseen questions (0 = choose on all).")] = 0.0,
+    split_seed: Annotated[int, typer.Option(help="Seed of the --holdout split.")] = 0,
 ) -> None:
     """Check your domain first: keep TrustMargin, or plain RAG (or Direct), from your own
     labeled questions, with nested cross-validation and paired intervals.
@@ -76,9 +80,13 @@ def check(
         raise InvalidInputError("--out", f"{target} is a directory",
                                 "pass a file path, e.g. --out DIR/policy.json")
     check_run_dir(target_dir)
+    if not 0 <= holdout < 1:
+        raise InvalidInputError("--holdout", f"must be in [0, 1), got {holdout}",
+                                "use 0 (choose on all questions) or e.g. 0.5")
     result, calibration = check_run(target_dir, objective=objective,  # type: ignore[arg-type]
-                                    folds=folds, seed=seed, resamples=resamples)
-    for line in describe_check(result):
+                                    folds=folds, seed=seed, resamples=resamples,
+                                    holdout=holdout, split_seed=split_seed)
+    for line in describe_check(result, calibration):
         typer.echo(line)
     path = calibration.save(target)
     typer.echo(f"policy: {plain(str(path))}")

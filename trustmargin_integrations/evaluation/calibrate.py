@@ -128,7 +128,7 @@ def describe(calibration: Calibration, cv: CrossValidation | None) -> list[str]:
     if cv is not None:
         lines += ["", f"{cv.folds}-fold cross-validation on those questions (stratified by "
                       f"dataset, seed {cv.seed}): held-out mean {metric} x100", ""]
-        lines += _comparison_lines(cv.result(calibration.objective))
+        lines += comparison_lines(cv.result(calibration.objective))
         fits = ", ".join(f"({f.fit.lambda_bind:g}, {f.fit.tau:g})" for f in cv.fold_fits)
         lines += ["", f"  per-fold fits (lambda, tau): {fits}", "  " + cv.bootstrap.note()]
     scope = "all" if not fitted.holdout else "the"
@@ -146,14 +146,13 @@ def describe(calibration: Calibration, cv: CrossValidation | None) -> list[str]:
                       f"split seed {fitted.split_seed}): the final fit on "
                       + ", ".join(f"{k} {v}" for k, v in held.sizes.items())
                       + f" questions it never saw, mean {metric} x100", ""]
-        lines += _comparison_lines(held)
-        if held.small_sample:
-            lines.append("  small sample: the intervals are wide and only approximate")
+        lines += comparison_lines(held)
     return lines
 
 
-def _comparison_lines(result: ComparisonResult) -> list[str]:
-    """Each method's mean and interval, then each difference with its interval."""
+def comparison_lines(result: ComparisonResult) -> list[str]:
+    """Each method's mean and interval, then each difference with its interval (and the
+    small-sample note where the sample is small)."""
     width = max(len(m) for m in result.methods)
     lines = [f"  {m:<{width}}  {v.mean:6.2f}  [{v.low:.2f}, {v.high:.2f}]"
              for m, v in result.methods.items()]
@@ -162,4 +161,6 @@ def _comparison_lines(result: ComparisonResult) -> list[str]:
         label = key.replace(BEST_SINGLE, f"best single source ({d.versus})")
         lines.append(f"  {label:<44} {d.mean:+6.2f}  [{d.low:+.2f}, {d.high:+.2f}]  "
                      f"P(> 0) = {d.p_positive:.2f}")
+    if result.small_sample:
+        lines.append("  small sample: the intervals are wide and only approximate")
     return lines

@@ -10,9 +10,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trustmargin_integrations.calibration import Calibration, Objective
+from trustmargin_integrations.calibration import Calibration, ComparisonResult, Objective
 from trustmargin_integrations.evaluation.bootstrap import DEFAULT_RESAMPLES
-from trustmargin_integrations.evaluation.calibrate import calibrate_run
+from trustmargin_integrations.evaluation.calibrate import calibrate_run, comparison_lines
+from trustmargin_integrations.evaluation.calibration import (
+    CV_METHODS,
+    compare_on,
+    comparison_result,
+    split_holdout,
+)
 from trustmargin_integrations.evaluation.diagnostics import score_records
 from trustmargin_integrations.evaluation.policy import (
     DEFAULT_CRITERION,
@@ -22,27 +28,35 @@ from trustmargin_integrations.evaluation.policy import (
 )
 from trustmargin_integrations.evaluation.policy_check import PolicyCheckResult, check_policy
 from trustmargin_integrations.evaluation.rundir import load_run
-from trustmargin_integrations.policies import POLICY_KINDS
+from trustmargin_integrations.policies import POLICY_KINDS, Policy
 
 
 def check_run(run_dir: str | Path, *, objective: Objective = "f1", folds: int = DEFAULT_FOLDS,
               seed: int = 0, resamples: int = DEFAULT_RESAMPLES,
-              criterion: Criterion = DEFAULT_CRITERION
-              ) -> tuple[PolicyCheckResult, Calibration]:
-    """Choose the policy on every question of a run directory, and its calibration file.
+              criterion: Criterion = DEFAULT_CRITERION, holdout: float = 0.0,
+              split_seed: int = 0) -> tuple[PolicyCheckResult, Calibration]:
+    """Choose the policy on a run directory's questions, and its calibration file.
 
     The file's ``lambda_bind`` and ``tau`` are the chosen policy's numbers where it has them,
-    else the rule fitted on all the questions (what ``trustmargin calibrate`` fits); its
+    else the rule fitted on the same questions (what ``trustmargin calibrate`` fits); its
     ``policy`` is the choice and its ``evidence`` the whole check result.
+
+    With ``holdout`` > 0, that share of each dataset is set aside (seeded, as ``calibrate
+    --holdout`` splits) before anything is chosen or fitted; the file then lists the ids it
+    saw and records the chosen policy's scores on the held-out questions against the paper's
+    rule and both single sources (``held_out``, "calibrated" being the chosen policy).
     """
+    # The provenance (model, prompts, retrieval, fitted-on ids, the split) and the rule fit
+    # are calibrate's; folds=0 skips its own cross-validation, which the check replaces.
+    base, _ = calibrate_run(run_dir, objective=objective, folds=0, seed=seed,
+                            resamples=resamples, holdout=holdout, split_seed=split_seed)
     runs = load_run(run_dir)
     table = PolicyTable({r.name: score_records(r.records) for r in runs}, objective)
-    result = check_policy(table, folds=folds, seed=seed, criterion=criterion,
+    keep = split_holdout(table.dataset_names, holdout, split_seed)
+    fit_on = [q for q, kept in enumerate(keep) if kept]
+    held = [q for q, kept in enumerate(keep) if not kept]
+    result = check_policy(table, fit_on, folds=folds, seed=seed, criterion=criterion,
                           resamples=resamples)
-    # The provenance (model, prompts, retrieval, fitted-on) and the fit on all questions are
-    # calibrate's; folds=0 skips its own cross-validation, which the check replaces.
-    base, _ = calibrate_run(run_dir, objective=objective, folds=0, seed=seed,
-                            resamples=resamples)
     chosen = result.chosen
     calibration = Calibration.model_validate({
         **base.model_dump(),
@@ -50,13 +64,30 @@ def check_run(run_dir: str | Path, *, objective: Objective = "f1", folds: int = 
         "tau": base.tau if chosen.tau is None else chosen.tau,
         "policy": chosen,
         "evidence": result.model_dump(mode="json"),
+        "held_out": _held_out(table, held, chosen, resamples, seed) if held else None,
     })
     return result, calibration
 
 
-def describe_check(result: PolicyCheckResult) -> list[str]:
+def _held_out(table: PolicyTable, held: list[int], chosen: Policy, resamples: int,
+              seed: int) -> ComparisonResult:
+    """The chosen policy ("calibrated") against the paper's rule and both single sources on
+    the held-out questions, in the calibration file's comparison shape."""
+    full: dict[str, list[float]] = {m: [0.0] * len(table.problem) for m in CV_METHODS}
+    for method, policy in (("calibrated", chosen), ("default", Policy.paper()),
+                           ("direct", Policy.always_direct()), ("rag", Policy.always_rag())):
+        values = table.values(table.chooses_rag(policy, held), held)
+        for q, value in zip(held, values, strict=True):
+            full[method][q] = float(value)
+    return comparison_result(compare_on(table.problem, held, full, resamples, seed),
+                             table.objective)
+
+
+def describe_check(result: PolicyCheckResult, calibration: Calibration | None = None
+                   ) -> list[str]:
     """What ``trustmargin check`` prints: the verdict first, then every candidate's
-    cross-validated score and the nested estimate of the check itself."""
+    cross-validated score, the nested estimate of the check itself and, when questions were
+    held out, the chosen policy on them."""
     metric = result.objective.upper()
     lines = [result.verdict, "",
              f"candidate policies ({result.folds}-fold cross-validation on {result.n} labeled "
@@ -76,4 +107,10 @@ def describe_check(result: PolicyCheckResult) -> list[str]:
                   f"[{vs.low:+.2f}, {vs.high:+.2f}] vs {vs.versus}",
               f"criterion {result.criterion!r}: a margin rule is kept only when its "
               f"cross-validated gain over the fallback has a positive lower bound"]
+    held = calibration.held_out if calibration is not None else None
+    if held is not None:
+        lines += ["", "held out before choosing: the chosen policy ('calibrated') on "
+                      + ", ".join(f"{k} {v}" for k, v in held.sizes.items())
+                      + f" questions it never saw, mean {metric} x100", ""]
+        lines += comparison_lines(held)
     return lines

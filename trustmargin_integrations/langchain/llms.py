@@ -22,7 +22,7 @@ from langchain_core.messages import (
     SystemMessage,
 )
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult, GenerationChunk
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.errors import InvalidInputError
@@ -92,11 +92,20 @@ def stream_greedy(backend: Any, ids: list[int], max_new_tokens: int,
         yield text[sent:]
 
 
-class _LocalModel:
-    """What both models share: the backend, the budget, greedy streaming of a prompt."""
+class _LocalModel(BaseModel):
+    """What both models share: the backend, the budget, greedy streaming of a prompt (a
+    pydantic model, so both LangChain classes get the same fields and validation)."""
 
-    backend: Any
-    max_new_tokens: int
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    backend: Any = Field(description="A local Backend, e.g. tm.backend or HFBackend.load().")
+    max_new_tokens: int = Field(DEFAULT_MAX_NEW_TOKENS, ge=1, le=4096,
+                                description="Most new tokens per answer (greedy).")
+
+    @field_validator("backend")
+    @classmethod
+    def _has_local_model(cls, value: Any) -> Any:
+        return _local_backend(value)
 
     @classmethod
     def from_trustmargin(cls, tm: TrustMargin, **kwargs: Any) -> Any:
@@ -123,17 +132,6 @@ class LocalLLM(_LocalModel, LLM):
     yields the answer as it is decoded. A prompt longer than the model's window raises
     ``InvalidInputError`` (field ``prompt``) before any model call.
     """
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    backend: Any = Field(description="A local Backend, e.g. tm.backend or HFBackend.load().")
-    max_new_tokens: int = Field(DEFAULT_MAX_NEW_TOKENS, ge=1, le=4096,
-                                description="Most new tokens per answer (greedy).")
-
-    @field_validator("backend")
-    @classmethod
-    def _has_local_model(cls, value: Any) -> Any:
-        return _local_backend(value)
 
     @property
     def _llm_type(self) -> str:
@@ -189,17 +187,6 @@ class LocalChatModel(_LocalModel, BaseChatModel):
         >>> chat.invoke([("system", "Be brief."), ("human", "Name a bridge.")]).content
         ... # doctest: +SKIP
     """
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    backend: Any = Field(description="A local Backend, e.g. tm.backend or HFBackend.load().")
-    max_new_tokens: int = Field(DEFAULT_MAX_NEW_TOKENS, ge=1, le=4096,
-                                description="Most new tokens per answer (greedy).")
-
-    @field_validator("backend")
-    @classmethod
-    def _has_local_model(cls, value: Any) -> Any:
-        return _local_backend(value)
 
     @property
     def _llm_type(self) -> str:
