@@ -17,7 +17,9 @@ JSON):
 2. per-question latency at batch 1: ``tm.arbitrate_batch`` (both candidates generated and
    six likelihoods) against Direct+RAG generation alone (two ``backend.generate`` calls);
 3. throughput (questions/s, ``tm.prepare`` included) at each ``--batch-sizes`` value, with
-   the same ratio against generation alone and the share of time spent in ``prepare``;
+   the same ratio against generation alone and the share of time spent in ``prepare``
+   (2 and 3: one untimed run of both sides at the exact shapes, then the median of
+   ``--repeats`` runs in alternating order);
 4. the scoring share: ``Decision.timings.scoring_s / total_s`` over scored questions;
 5. CUDA memory per measurement: peak allocated, reserved, and device-wide used memory
    (``mem_get_info`` total - free, so foreign allocations such as JAX's show);
@@ -321,37 +323,72 @@ def decision_stats(decisions: Sequence[Decision]) -> dict[str, Any]:
                                         if d.direct_likelihoods is None})}
 
 
+def paired_times(clock: Clock, trustmargin: Callable[[], T], generation: Callable[[], object],
+                 repeats: int) -> tuple[list[float], list[float], T]:
+    """Seconds of ``repeats`` timed runs of each function, and the last TrustMargin result.
+
+    One untimed run of both comes first: the first use of a batch/sequence shape on CUDA is
+    slow (kernel selection, caching-allocator growth), and a TrustMargin run timed cold took
+    3-4x longer than the same generation timed right after it. The timed runs then alternate
+    the order (generation, TrustMargin, TrustMargin, generation, ...) so that neither side
+    always goes first.
+    """
+    generation()
+    out = trustmargin()
+    tm_times: list[float] = []
+    gen_times: list[float] = []
+    for r in range(repeats):
+        if r % 2 == 0:
+            gen_times.append(clock.time(generation)[0])
+        seconds, out = clock.time(trustmargin)
+        tm_times.append(seconds)
+        if r % 2 == 1:
+            gen_times.append(clock.time(generation)[0])
+    return tm_times, gen_times, out
+
+
 def measure_latency(backend: HFBackend, clock: Clock, memory: Memory, items: list[dict],
-                    context: int) -> tuple[dict[str, Any], list[Decision]]:
-    """Batch-1 seconds per question: arbitrate_batch vs Direct+RAG generation alone."""
+                    context: int, repeats: int) -> tuple[dict[str, Any], list[Decision]]:
+    """Batch-1 seconds per question: arbitrate_batch vs Direct+RAG generation alone (the
+    median of ``repeats`` warm runs per question, averaged over the questions)."""
     tm = TrustMargin(backend, TrustMarginConfig(batch_size=1, max_context_tokens=context))
     tm_times, gen_times, decisions = [], [], []
     memory.reset()
     for item in items:
-        seconds, out = clock.time(lambda item=item: tm.arbitrate_batch([as_input(item)]))
-        tm_times.append(seconds)
-        decisions.extend(out)
         prepared = [tm.prepare(as_input(item))]
-        gen_times.append(clock.time(lambda p=prepared: generation_only(backend, tm, p, 1))[0])
+        tm_runs, gen_runs, out = paired_times(
+            clock, lambda item=item: tm.arbitrate_batch([as_input(item)]),
+            lambda p=prepared: generation_only(backend, tm, p, 1), repeats)
+        tm_times.append(statistics.median(tm_runs))
+        gen_times.append(statistics.median(gen_runs))
+        decisions.extend(out)
     tm_s, gen_s = statistics.mean(tm_times), statistics.mean(gen_times)
     return ({"trustmargin_s": tm_s, "generation_s": gen_s, "ratio": tm_s / gen_s,
+             "repeats": repeats, "trustmargin_per_question_s": tm_times,
+             "generation_per_question_s": gen_times,
              "memory": memory.read(), **decision_stats(decisions)}, decisions)
 
 
 def measure_throughput(backend: HFBackend, clock: Clock, memory: Memory, items: list[dict],
-                       batch: int, context: int) -> tuple[dict[str, Any], list[Decision]]:
-    """Questions/s of arbitrate_batch (prepare included) and of generation alone at one B."""
+                       batch: int, context: int, repeats: int
+                       ) -> tuple[dict[str, Any], list[Decision]]:
+    """Questions/s of arbitrate_batch (prepare included) and of generation alone at one B
+    (median of ``repeats`` warm runs each; memory: peak over both, i.e. TrustMargin's)."""
     tm = TrustMargin(backend, TrustMarginConfig(batch_size=batch, max_context_tokens=context))
     inputs = [as_input(item) for item in items]
+    prepared = tm.prepare_batch(inputs)
     memory.reset()
-    tm_s, decisions = clock.time(lambda: tm.arbitrate_batch(inputs))
+    tm_runs, gen_runs, decisions = paired_times(
+        clock, lambda: tm.arbitrate_batch(inputs),
+        lambda: generation_only(backend, tm, prepared, batch), repeats)
     mem = memory.read()
-    prep_s, prepared = clock.time(lambda: tm.prepare_batch(inputs))
-    gen_s, _ = clock.time(lambda: generation_only(backend, tm, prepared, batch))
+    prep_s, _ = clock.time(lambda: tm.prepare_batch(inputs))
+    tm_s, gen_s = statistics.median(tm_runs), statistics.median(gen_runs)
     n = len(inputs)
     return ({"batch_size": batch, "questions": n, "trustmargin_s": tm_s,
              "trustmargin_qps": n / tm_s, "generation_s": gen_s, "generation_qps": n / gen_s,
              "ratio": tm_s / gen_s, "prepare_s": prep_s, "prepare_share": prep_s / tm_s,
+             "repeats": repeats, "trustmargin_runs_s": tm_runs, "generation_runs_s": gen_runs,
              "memory": mem, **decision_stats(decisions)}, decisions)
 
 
@@ -478,7 +515,8 @@ def render(results: dict[str, Any]) -> str:
              f"{1e3 * dec['backend_per_token_s']:.2f}"],
         ]),
         "",
-        "### 2. Latency per question at batch 1",
+        f"### 2. Latency per question at batch 1 (after one untimed run of each, median of "
+        f"{lat['repeats']} alternating runs)",
         "",
         table(["path", "s / question", "peak alloc GB", "reserved GB", "device used GB"], [
             ["TrustMargin arbitrate_batch (generate both + six likelihoods)",
@@ -495,7 +533,8 @@ def render(results: dict[str, Any]) -> str:
         + f"; scoring share {fmt(lat['scoring_share'] and 100 * lat['scoring_share'], '.1f', '%')}"
         " (Decision.timings.scoring_s / total_s, mean over scored questions)",
         "",
-        "### 3-5. Throughput by batch size (prepare included; memory of the TrustMargin run)",
+        "### 3-5. Throughput by batch size (prepare included; after one untimed run of each, "
+        f"median of {lat['repeats']} alternating runs; memory of the TrustMargin run)",
         "",
         table(["batch", "questions", "TrustMargin q/s", "generation q/s",
                "TM / generation time", "in-run TM / own generation", "prepare share",
@@ -563,7 +602,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--context-tokens", type=int, default=2048)
     parser.add_argument("--decode-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3,
-                        help="decode timing repeats (best of)")
+                        help="timed repeats: best of for decode, median (after one untimed "
+                        "run) for latency and throughput")
     parser.add_argument("--growth", type=int, default=0)
     parser.add_argument("--agreement-questions", type=int, default=4)
     parser.add_argument("--no-fp32-check", action="store_true",
@@ -579,8 +619,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
-    if min(args.batch_sizes) < 1 or args.questions < 1 or args.context_tokens < 64:
-        parser.error("batch sizes and --questions must be >= 1, --context-tokens >= 64")
+    if (min(args.batch_sizes) < 1 or min(args.questions, args.repeats) < 1
+            or args.context_tokens < 64):
+        parser.error("batch sizes, --questions and --repeats must be >= 1, "
+                     "--context-tokens >= 64")
     return args
 
 
@@ -610,26 +652,25 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     base = items[:args.questions]
 
     log("warm-up")
-    # One untimed pass at batch 1 (lazy initialisation) and, on CUDA, at the largest batch
-    # (kernel selection, allocator growth).
+    # One untimed pass at batch 1 (lazy initialisation); the latency and throughput
+    # measurements warm up each of their own shapes (paired_times).
     top = max(args.batch_sizes)
     warm = TrustMargin(backend, TrustMarginConfig(batch_size=1, max_context_tokens=context))
     warm.arbitrate_batch([as_input(base[0])])
-    if memory.cuda and top > 1:
-        TrustMargin(backend, TrustMarginConfig(batch_size=top, max_context_tokens=context)
-                    ).arbitrate_batch([as_input(item) for item in items[:top]])
     rag_prompt = warm.prepare(as_input(base[0])).views.question_context
     model_decode(backend, backend.encode_prompt(rag_prompt), 2)
 
     log("1. decode")
     decode = measure_decode(backend, clock, rag_prompt, args.decode_tokens, args.repeats)
     log("2. batch-1 latency")
-    latency, latency_decisions = measure_latency(backend, clock, memory, base, context)
+    latency, latency_decisions = measure_latency(backend, clock, memory, base, context,
+                                                 args.repeats)
     throughput, by_batch = [], {}
     for batch in args.batch_sizes:
         log(f"3. throughput at batch {batch}")
         row, by_batch[batch] = measure_throughput(
-            backend, clock, memory, items[:max(batch, args.questions)], batch, context)
+            backend, clock, memory, items[:max(batch, args.questions)], batch, context,
+            args.repeats)
         throughput.append(row)
     if args.growth:
         log(f"7. growth over {args.growth} batches")
