@@ -285,8 +285,8 @@ class _CountingTokenizer:
 
 
 def test_case3_the_context_builder_is_linear(backend: Any) -> None:
-    """600 passages are cut to the window in well under a second, tokenizing each passage
-    a bounded number of times (a quadratic builder re-tokenizes every prefix)."""
+    """600 passages are cut to the window tokenizing each passage a bounded number of times
+    (a quadratic builder re-tokenizes every prefix)."""
     passages = [f"Passage text {i}: the bridge over the river was repaired in {1900 + i}."
                 for i in range(600)]
     budget = 10_000_000  # capped to the window: the builder must stop at the window
@@ -294,13 +294,12 @@ def test_case3_the_context_builder_is_linear(backend: Any) -> None:
     arbiter = TrustMargin(counting, TrustMarginConfig(max_context_tokens=budget))
     arbiter.prepare({"question": QUESTION, "passages": passages[:5]})  # warm the tokenizer
     counting.chars = 0
-    began = time.monotonic()
     prepared = arbiter.prepare({"question": QUESTION, "passages": passages})
-    elapsed = time.monotonic() - began
     used = prepared.context.passages_used
     assert 100 < used < 600
+    # The work, not the clock (timings live in benchmarks/contexts.py): a bounded number of
+    # characters tokenized per passage kept.
     assert counting.chars <= 8 * sum(len(p) for p in passages[:used + 1]) + 20_000
-    assert elapsed < 1.5, elapsed  # measured 0.1-0.6 s on 2 busy cores
 
 
 # -- 4 ---------------------------------------------------------------------------------------

@@ -156,6 +156,10 @@ class Calibration(BaseModel):
         try:
             data = strict_json.loads(file.read_bytes(), "calibration",
                                      "re-create it with `trustmargin calibrate RUN_DIR`")
+        except InvalidInputError as exc:
+            raise InvalidInputError("calibration", f"{file} is not a calibration file "
+                                    f"(it {exc.problem})", exc.fix) from None
+        try:
             return cls.model_validate(data)
         except ValidationError as exc:
             problem = exc.errors()[0]

@@ -52,6 +52,8 @@ class GuardedCommand(TyperCommand):
         """Run the command; translate the failures listed in the module docstring."""
         try:
             return super().invoke(ctx)
+        except InvalidInputError as exc:
+            raise named_by_option(exc, list(given_paths(ctx))) from exc.__cause__
         except TrustMarginError:
             raise
         except (OSError, ValueError, RecursionError) as exc:
@@ -59,6 +61,31 @@ class GuardedCommand(TyperCommand):
             if typed is None:
                 raise
             raise typed from exc
+
+
+def named_by_option(exc: InvalidInputError, paths: list[tuple[str, Path]]
+                    ) -> InvalidInputError:
+    """A library error about a file the user gave, named by the option that gave it too.
+
+    The library names what it read (``data.jsonl:12``, a corpus path, ``calibration``); the
+    user typed an option. A field that starts with a given path gains the option in front
+    (``--input data.jsonl:12``), and a field that is an option's bare name becomes the option
+    (``calibration`` -> ``--calibration``). Any other error is returned as it is.
+    """
+    for option, path in paths:
+        if _names_place_in(exc.field, path):
+            return InvalidInputError(f"{option} {exc.field}", exc.problem, exc.fix)
+        if exc.field == option.lstrip("-"):
+            return InvalidInputError(option, exc.problem, exc.fix)
+    return exc
+
+
+def _names_place_in(field: str, path: Path) -> bool:
+    """True when ``field`` is the existing file ``path`` or a place in it (``path:12``,
+    ``path[3]``, ``path.examples[0]``)."""
+    name = str(path)
+    return (field.startswith(name) and path.exists()
+            and (len(field) == len(name) or field[len(name)] in ":[."))
 
 
 def plain(text: str) -> str:
