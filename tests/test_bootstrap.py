@@ -158,4 +158,6 @@ def test_demo_command_prints_intervals(backend: Any, monkeypatch: pytest.MonkeyP
     assert "n = 3 questions" in out and "Small sample" in out
     # The demo points to the measured effect on real questions, read from the shipped files.
     assert "Measured on real benchmarks" in out
-    assert "qwen2.5-1.5b, 100 cwq + 240 2wiki held-out benchmark questions" in out
+    assert ("qwen2.5-1.5b, 115 hotpotqa + 50 cwq + 50 2wiki held-out benchmark questions"
+            in out)
+    assert "shipped policy (always-RAG)" in out
