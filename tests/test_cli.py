@@ -123,10 +123,11 @@ def test_score_refuses_unsafe_paths_and_bad_lines_before_loading(tmp_path: Path)
     src.write_text(json.dumps(good) + "\n" + json.dumps({**good, "question": 7}) + "\n")
     bad = runner.invoke(app, ["score", "-i", str(src), "-o", str(tmp_path / "o.jsonl")])
     assert bad.exit_code != 0
-    assert getattr(bad.exception, "field", "") == f"{src}:2.question"
+    # The record, and the option that gave its file (the CLI boundary adds it).
+    assert getattr(bad.exception, "field", "") == f"--input {src}:2.question"
     src.write_bytes(json.dumps(good).encode() + b"\n\xff\xfe\n")
     binary = runner.invoke(app, ["score", "-i", str(src), "-o", str(tmp_path / "o.jsonl")])
-    assert getattr(binary.exception, "field", "") == f"{src}:2"
+    assert getattr(binary.exception, "field", "") == f"--input {src}:2"
     assert not (tmp_path / "o.jsonl").exists()  # nothing was written for a bad input
 
 

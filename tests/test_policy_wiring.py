@@ -116,13 +116,24 @@ def test_a_settled_question_keeps_its_outcome_under_every_policy(tm: TrustMargin
 
 def test_old_calibration_files_load_and_mean_the_rule_with_their_numbers() -> None:
     assert shipped_models() == ["qwen2.5-1.5b", "smollm2-135m"]
-    for model in shipped_models():
-        c = Calibration.load(shipped_path(model))
-        assert c.policy is None and c.evidence is None
-        assert c.decision_policy == Policy.fitted(c.lambda_bind, c.tau)
-        config = c.apply(TrustMarginConfig(policy="always_rag", top_k=4))
-        assert (config.policy, config.lambda_bind, config.tau, config.top_k) == (
-            "rule", c.lambda_bind, c.tau, 4)
+    # SmolLM2's file predates policies (written by `calibrate`): it means the rule.
+    c = Calibration.load(shipped_path("smollm2-135m"))
+    assert c.policy is None and c.evidence is None
+    assert c.decision_policy == Policy.fitted(c.lambda_bind, c.tau)
+    config = c.apply(TrustMarginConfig(policy="always_rag", top_k=4))
+    assert (config.policy, config.lambda_bind, config.tau, config.top_k) == (
+        "rule", c.lambda_bind, c.tau, 4)
+
+
+def test_the_shipped_qwen_file_is_the_domain_checks_verdict() -> None:
+    """Written by ``trustmargin check RUN --holdout 0.5`` over HotpotQA + CWQ + 2Wiki: it
+    carries the chosen policy, the check's evidence and its held-out scores."""
+    c = Calibration.load(shipped_path("qwen2.5-1.5b"))
+    assert c.policy == Policy.always_rag() and c.evidence is not None
+    assert c.evidence["verdict"].startswith("Use RAG")
+    assert c.held_out is not None and set(c.held_out.sizes) == {"hotpotqa", "cwq", "2wiki"}
+    assert c.held_out.methods["calibrated"].mean == c.held_out.methods["rag"].mean
+    assert c.apply(TrustMarginConfig(top_k=4)).policy == "always_rag"
 
 
 def test_a_policy_round_trips_through_the_file_and_sets_the_config(tmp_path: Path) -> None:
