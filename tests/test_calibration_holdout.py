@@ -177,6 +177,7 @@ def test_report_has_the_calibrated_rule_and_question_types(tmp_path: Path) -> No
     md = (run / "report.md").read_text(encoding="utf-8")
     assert "## Calibrated rule (on questions the fit did not see)" in md
     assert "5-fold cross-validation over this run" in md
+    assert "run `trustmargin check RUN_DIR`" in md  # the report points to the domain check
     assert "the 40 questions of this run outside its fit (40 ids listed" in md
     assert "### Per question type" in md and "| a | comparison | 25 |" in md
     summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))

@@ -76,7 +76,11 @@ def section(view: RunView) -> Section:
              *_differences_table(scopes, boots),
              "", "\"share > 0\" is the fraction of resamples in which the difference is "
              "positive (a one-sided bootstrap probability, not a p-value); an interval that "
-             "contains 0 means the sample cannot tell the two methods apart."]
+             "contains 0 means the sample cannot tell the two methods apart.",
+             "", "Before deploying on a domain, run `trustmargin check RUN_DIR` (or on your "
+             "own labeled file): it keeps TrustMargin only where it beats plain RAG with a "
+             "positive interval on questions the choice did not see, and otherwise says "
+             "\"use RAG\" (docs/evaluation.md, \"Domain check\")."]
     intervals_summary = {key: {m: b.as_dict() for m, b in v.items()} for key, v in boots.items()}
     return Section(lines, {"intervals": intervals_summary})
 
