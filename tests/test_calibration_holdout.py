@@ -283,10 +283,11 @@ def test_check_with_holdout_chooses_on_one_part_and_scores_on_the_other(
     held = [s for s in scored if str(s.decision.id) not in fitted]
     assert c.held_out is not None and c.held_out.n == 50
     assert c.held_out.sizes == {"a": 30, "b": 20}
-    by_policy = {name: [s.f1("direct" if s.decision.replay_policy(policy) is None else "rag")
-                        for s in held if s.decision.id.startswith(name)]
-                 for name in ("a", "b") for policy in [c.decision_policy]}
-    expected = 100 * np.mean([np.mean(v) for v in by_policy.values()])
+    policy = c.decision_policy
+    by_dataset = {name: [s.f1("direct" if s.decision.replay_policy(policy) is None else "rag")
+                         for s in held if s.decision.id.startswith(name)]
+                  for name in ("a", "b")}
+    expected = 100 * np.mean([np.mean(v) for v in by_dataset.values()])
     assert c.held_out.methods["calibrated"].mean == pytest.approx(expected)
     assert c.policy == result.chosen
     lines = module.describe_check(result, c)

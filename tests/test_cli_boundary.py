@@ -160,6 +160,8 @@ CASES = [
         "calibrate", f / "run", "--out", f / "empty_dir"], "--out"),
     Case("check: --objective banana", lambda f: [
         "check", f / "run", "--objective", "banana"], "--objective"),
+    Case("check: --holdout 1.5, refused before any answer is generated", lambda f: [
+        "check", f / "one.json", "--holdout", "1.5"], "--holdout"),
     Case("check: --out a directory", lambda f: [
         "check", f / "run", "--out", f / "empty_dir"], "--out"),
     Case("calibrate: --out in a read-only folder", lambda f: [

@@ -69,6 +69,9 @@ def check(
                                 "pass --objective f1 or --objective em")
     if folds < 2:
         raise InvalidInputError("--folds", f"must be >= 2, got {folds}", "use 5 (the default)")
+    if not 0 <= holdout < 1:
+        raise InvalidInputError("--holdout", f"must be in [0, 1), got {holdout}",
+                                "use 0 (choose on all questions) or e.g. 0.5")
     if labeled.is_dir():
         target_dir = labeled
     else:
@@ -80,9 +83,6 @@ def check(
         raise InvalidInputError("--out", f"{target} is a directory",
                                 "pass a file path, e.g. --out DIR/policy.json")
     check_run_dir(target_dir)
-    if not 0 <= holdout < 1:
-        raise InvalidInputError("--holdout", f"must be in [0, 1), got {holdout}",
-                                "use 0 (choose on all questions) or e.g. 0.5")
     result, calibration = check_run(target_dir, objective=objective,  # type: ignore[arg-type]
                                     folds=folds, seed=seed, resamples=resamples,
                                     holdout=holdout, split_seed=split_seed)

@@ -28,34 +28,15 @@ def load_arbiter(model: str, device: str | None, dtype: str | None, *,
         if fitted is not None:
             return TrustMargin.calibrated(backend, fitted, settings)
         return TrustMargin(backend, settings)
-    check_model(model)
-    check_device(device)
+    # The loader's and the backend's own checks, before anything loads (the CLI boundary
+    # names their errors --model / --device).
+    from trustmargin_integrations.backends import loading
+
+    loading.check_model_source(model)
+    loading.check_device(device)
     with console.status(f"loading {model} ..."):
         return TrustMargin.from_pretrained(model, device=device, dtype=dtype, config=settings,
                                            calibration=fitted)
-
-
-def check_model(model: str) -> None:
-    """Refuse a --model that names no model before loading it (the loader's own check)."""
-    from trustmargin_integrations.backends import loading
-
-    _as_option("--model", loading.check_model_source, model)
-
-
-def check_device(device: str | None) -> None:
-    """Refuse a --device torch cannot parse or this machine lacks, before any model loads
-    (the backend's own rule)."""
-    from trustmargin_integrations.backends import loading
-
-    _as_option("--device", loading.check_device, device)
-
-
-def _as_option(option: str, check: Any, value: Any) -> None:
-    """Run a library check, its error named by the command-line option the user typed."""
-    try:
-        check(value)
-    except InvalidInputError as exc:
-        raise InvalidInputError(option, exc.problem, exc.fix) from None
 
 
 def calibration_option(value: Any, model: str, config: dict[str, Any]) -> Any:

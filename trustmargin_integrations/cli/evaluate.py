@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from trustmargin_integrations.cli.app import command
-from trustmargin_integrations.cli.common import check_device, check_model
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.datasets import (
     NAMED_DATASETS,
@@ -164,8 +163,10 @@ def _check_options(*, model: str, limit: int | None, top_k: int, batch_size: int
     if run_dir.exists() and not run_dir.is_dir():
         raise InvalidInputError("--run-dir", f"{run_dir} is a file, not a directory",
                                 "pass a new or existing run directory")
-    check_model(model)
-    check_device(rest["device"])
+    from trustmargin_integrations.backends import loading
+
+    loading.check_model_source(model)  # the CLI boundary names these errors --model, --device
+    loading.check_device(rest["device"])
     return _Settings(model=model, top_k=top_k, batch_size=batch_size, run_dir=run_dir,
                      noise_levels=levels, pipelines=pipelines, pipeline_limit=pipeline_limit,
                      **rest)
