@@ -275,7 +275,17 @@ def test_check_with_holdout_chooses_on_one_part_and_scores_on_the_other(
         return real(table, index, **kwargs)
 
     monkeypatch.setattr(module, "check_policy", spy)
+    from trustmargin_integrations.evaluation import calibrate
+    reads: list[Path] = []
+
+    def counted_load_run(run_dir: Path) -> Any:
+        reads.append(Path(run_dir))
+        return load_run(run_dir)
+
+    for reader in (calibrate, module):  # every module of the check that could read the run
+        monkeypatch.setattr(reader, "load_run", counted_load_run, raising=False)
     result, c = module.check_run(run, folds=2, resamples=200, holdout=0.5, split_seed=1)
+    assert reads == [run]  # the run is read (and its records scored) once, not per stage
     scored = [s for r in load_run(run) for s in score_records(r.records)]
     fitted = set(c.fitted_on.question_ids)
     assert len(fitted) == 50 and [len(i) for i in seen] == [50]

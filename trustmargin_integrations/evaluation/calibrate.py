@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from trustmargin_integrations._version import __version__
@@ -34,13 +35,31 @@ from trustmargin_integrations.evaluation.calibration import (
 from trustmargin_integrations.evaluation.diagnostics import (
     DEFAULT_LAMBDA,
     DEFAULT_TAU,
+    Scored,
     score_records,
 )
-from trustmargin_integrations.evaluation.rundir import load_run
+from trustmargin_integrations.evaluation.rundir import DatasetRun, load_run
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    """A run directory read and its records scored once, for callers that need the same
+    records twice (the domain check fits the rule here, then chooses its policy)."""
+
+    name: str
+    runs: list[DatasetRun]
+    scored: dict[str, list[Scored]]
+
+    @classmethod
+    def read(cls, run_dir: str | Path) -> LoadedRun:
+        """Read ``run_dir`` (written by ``trustmargin eval``) and score every record."""
+        runs = load_run(run_dir)
+        return cls(Path(run_dir).resolve().name, runs,
+                   {r.name: score_records(r.records) for r in runs})
 
 
 def calibrate_run(
-    run_dir: str | Path,
+    run_dir: str | Path | LoadedRun,
     *,
     objective: Objective = "f1",
     folds: int = 5,
@@ -54,7 +73,8 @@ def calibrate_run(
     """Fit lambda_bind and tau on a run directory's cache (cross-validated when folds >= 2).
 
     Args:
-        run_dir: a directory written by ``trustmargin eval``.
+        run_dir: a directory written by ``trustmargin eval``, or one already read
+            (:class:`LoadedRun`).
         objective: ``f1`` or ``em``, the mean maximized.
         folds: cross-validation folds (0 skips cross-validation).
         seed: seed of the fold shuffle and of the bootstrap.
@@ -64,8 +84,8 @@ def calibrate_run(
             rule's scores on the held-out questions.
         split_seed: seed of the hold-out split.
     """
-    runs = load_run(run_dir)
-    scored = {r.name: score_records(r.records) for r in runs}
+    loaded = run_dir if isinstance(run_dir, LoadedRun) else LoadedRun.read(run_dir)
+    runs, scored = loaded.runs, loaded.scored
     problem = Problem(scored, objective, lambdas, taus)
     names = [problem.dataset_names[d] for d in problem.dataset]
     keep = split_holdout(names, holdout, split_seed)
@@ -92,7 +112,7 @@ def calibrate_run(
         score=final.score, default_score=final.default_score,
         grid={"lambdas": problem.lambdas, "taus": problem.taus},
         fitted_on=FittedOn(
-            run_dir=Path(run_dir).resolve().name,
+            run_dir=loaded.name,
             datasets={n: sum(names[q] == n for q in fit_on) for n in dict.fromkeys(names)},
             n=len(fit_on), question_ids=[ids[q] for q in fit_on] if held else [],
             holdout=holdout, split_seed=split_seed if held else None),

@@ -12,14 +12,17 @@ from pathlib import Path
 
 from trustmargin_integrations.calibration import Calibration, ComparisonResult, Objective
 from trustmargin_integrations.evaluation.bootstrap import DEFAULT_RESAMPLES
-from trustmargin_integrations.evaluation.calibrate import calibrate_run, comparison_lines
+from trustmargin_integrations.evaluation.calibrate import (
+    LoadedRun,
+    calibrate_run,
+    comparison_lines,
+)
 from trustmargin_integrations.evaluation.calibration import (
     CV_METHODS,
     compare_on,
     comparison_result,
     split_holdout,
 )
-from trustmargin_integrations.evaluation.diagnostics import score_records
 from trustmargin_integrations.evaluation.policy import (
     DEFAULT_CRITERION,
     DEFAULT_FOLDS,
@@ -27,7 +30,6 @@ from trustmargin_integrations.evaluation.policy import (
     PolicyTable,
 )
 from trustmargin_integrations.evaluation.policy_check import PolicyCheckResult, check_policy
-from trustmargin_integrations.evaluation.rundir import load_run
 from trustmargin_integrations.policies import POLICY_KINDS, Policy
 
 
@@ -48,10 +50,10 @@ def check_run(run_dir: str | Path, *, objective: Objective = "f1", folds: int = 
     """
     # The provenance (model, prompts, retrieval, fitted-on ids, the split) and the rule fit
     # are calibrate's; folds=0 skips its own cross-validation, which the check replaces.
-    base, _ = calibrate_run(run_dir, objective=objective, folds=0, seed=seed,
+    loaded = LoadedRun.read(run_dir)
+    base, _ = calibrate_run(loaded, objective=objective, folds=0, seed=seed,
                             resamples=resamples, holdout=holdout, split_seed=split_seed)
-    runs = load_run(run_dir)
-    table = PolicyTable({r.name: score_records(r.records) for r in runs}, objective)
+    table = PolicyTable(loaded.scored, objective)
     keep = split_holdout(table.dataset_names, holdout, split_seed)
     fit_on = [q for q, kept in enumerate(keep) if kept]
     held = [q for q, kept in enumerate(keep) if not kept]
