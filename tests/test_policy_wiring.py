@@ -114,10 +114,15 @@ def test_a_settled_question_keeps_its_outcome_under_every_policy(tm: TrustMargin
         assert (missing.reason, missing.answer) == ("no_evidence", DIRECT)
 
 
-def test_old_calibration_files_load_and_mean_the_rule_with_their_numbers() -> None:
+def test_old_calibration_files_load_and_mean_the_rule_with_their_numbers(
+        tmp_path: Path) -> None:
     assert shipped_models() == ["qwen2.5-1.5b", "smollm2-135m"]
-    # SmolLM2's file predates policies (written by `calibrate`): it means the rule.
-    c = Calibration.load(shipped_path("smollm2-135m"))
+    # A file written before policies existed (by `calibrate`, as files shipped up to
+    # 2026-11-25 were) has neither key; it means the rule with its numbers.
+    old = json.loads(shipped_path("smollm2-135m").read_text(encoding="utf-8"))
+    del old["policy"], old["evidence"]
+    (tmp_path / "old.json").write_text(json.dumps(old), encoding="utf-8")
+    c = Calibration.load(tmp_path / "old.json")
     assert c.policy is None and c.evidence is None
     assert c.decision_policy == Policy.fitted(c.lambda_bind, c.tau)
     config = c.apply(TrustMarginConfig(policy="always_rag", top_k=4))
@@ -125,20 +130,26 @@ def test_old_calibration_files_load_and_mean_the_rule_with_their_numbers() -> No
         "rule", c.lambda_bind, c.tau, 4)
 
 
-def test_the_shipped_qwen_file_is_the_domain_checks_verdict() -> None:
+@pytest.mark.parametrize("model", ["qwen2.5-1.5b", "smollm2-135m"])
+def test_each_shipped_file_is_the_domain_checks_verdict(model: str) -> None:
     """Written by ``trustmargin check RUN --holdout 0.5`` over HotpotQA + CWQ + 2Wiki: it
     carries the chosen policy, the check's evidence and its held-out scores."""
-    c = Calibration.load(shipped_path("qwen2.5-1.5b"))
+    c = Calibration.load(shipped_path(model))
+    assert c.model_id == model
     assert c.policy == Policy.always_rag() and c.evidence is not None
     assert c.evidence["verdict"].startswith("Use RAG")
     assert c.held_out is not None and set(c.held_out.sizes) == {"hotpotqa", "cwq", "2wiki"}
     assert c.held_out.methods["calibrated"].mean == c.held_out.methods["rag"].mean
+    assert len(set(c.fitted_on.question_ids)) == c.fitted_on.n == sum(c.held_out.sizes.values())
     assert c.apply(TrustMarginConfig(top_k=4)).policy == "always_rag"
 
 
 def test_a_policy_round_trips_through_the_file_and_sets_the_config(tmp_path: Path) -> None:
-    for policy, expected in ((Policy.always_rag(), ("always_rag", 0.2, -0.15)),
-                             (Policy.bind_only(-3.0), ("bind_only", 0.2, -3.0)),
+    # A policy without numbers of its own keeps the file's fitted rule numbers in the config.
+    shipped = Calibration.load(shipped_path("smollm2-135m"))
+    fitted = (shipped.lambda_bind, shipped.tau)
+    for policy, expected in ((Policy.always_rag(), ("always_rag", *fitted)),
+                             (Policy.bind_only(-3.0), ("bind_only", fitted[0], -3.0)),
                              (Policy.paper(), ("rule", 0.5, -1.5))):
         written = _calibration(policy)
         path = written.save(tmp_path / f"{policy.kind}.json")
