@@ -30,13 +30,15 @@ larger values: ``TRUSTMARGIN_REMOTE_READ_TIMEOUT=600 TRUSTMARGIN_REMOTE_TIMEOUT=
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from pydantic_settings import BaseSettings
+
+from trustmargin_integrations.environment import ENVIRONMENT_CONFIG, read_environment
 from trustmargin_integrations.errors import InvalidInputError
 
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
@@ -52,8 +54,21 @@ MAX_TIMEOUT_S = 86_400.0
 """A day: any longer wait is a typo, not a deployment."""
 MAX_RETRIES = 100
 
-_ENV_NAMES = {"connect_timeout_s": "CONNECT_TIMEOUT", "read_timeout_s": "READ_TIMEOUT",
-              "timeout_s": "TIMEOUT", "max_retries": "RETRIES"}
+_FIELDS_BY_VARIABLE = {"connect_timeout": "connect_timeout_s",
+                       "read_timeout": "read_timeout_s", "timeout": "timeout_s",
+                       "retries": "max_retries"}
+
+
+class WaitVariables(BaseSettings):
+    """The wait variables ``<PREFIX>_CONNECT_TIMEOUT``, ``_READ_TIMEOUT``, ``_TIMEOUT`` and
+    ``_RETRIES`` as given (unset: None); :meth:`Waits.resolve` checks their values."""
+
+    model_config = ENVIRONMENT_CONFIG
+
+    connect_timeout: float | None = None
+    read_timeout: float | None = None
+    timeout: float | None = None
+    retries: int | None = None
 
 
 def _seconds(value: Any, field: str) -> float:
@@ -96,35 +111,26 @@ class Waits:
         _count(self.max_retries, "max_retries")
 
     @classmethod
-    def resolve(cls, prefix: str, given: Mapping[str, Any] | None = None,
-                environ: Mapping[str, str] | None = None) -> Waits:
+    def resolve(cls, prefix: str, given: Mapping[str, Any] | None = None) -> Waits:
         """Settings from ``given`` (None entries skipped), else ``<prefix>_<NAME>``, else the
         defaults. A malformed variable is an error naming the variable."""
-        env = os.environ if environ is None else environ
+        env = read_environment(WaitVariables, f"{prefix}_")
         values: dict[str, Any] = {}
-        for key, suffix in _ENV_NAMES.items():
+        for name, key in _FIELDS_BY_VARIABLE.items():
             value = (given or {}).get(key)
-            if value is None and env.get(f"{prefix}_{suffix}", "").strip():
-                variable = f"{prefix}_{suffix}"
-                values[key] = _from_env(env[variable], variable, integer=key == "max_retries")
-            elif value is not None:
+            if value is not None:
                 values[key] = value
+            elif getattr(env, name) is not None:
+                # Checked here, not by the constructor, so the error names the variable.
+                variable = f"{prefix}_{name.upper()}"
+                check = _count if key == "max_retries" else _seconds
+                values[key] = check(getattr(env, name), variable)
         return cls(**values)
 
     @property
     def attempts(self) -> int:
         """Attempts per request: the first one and every retry."""
         return self.max_retries + 1
-
-
-def _from_env(text: str, variable: str, *, integer: bool) -> float | int:
-    """A number from an environment variable, checked like an argument."""
-    try:
-        value: float | int = int(text) if integer else float(text)
-    except ValueError:
-        raise InvalidInputError(variable, f"is {text!r}, not a number",
-                                "set it to a number such as 30, or unset it") from None
-    return _count(value, variable) if integer else _seconds(value, variable)
 
 
 def retry_after_seconds(header: str | None, now: datetime | None = None) -> float | None:

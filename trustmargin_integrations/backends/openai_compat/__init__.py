@@ -40,6 +40,7 @@ from trustmargin_integrations.backends.openai_compat.settings import (
     ENV_MODEL,
     ENV_PREFIX,
     ENV_URL,
+    RemoteVariables,
 )
 from trustmargin_integrations.backends.openai_compat.transport import (
     MAX_RESPONSE_BYTES,
@@ -58,6 +59,7 @@ __all__ = [
     "MAX_RESPONSE_BYTES",
     "RETRY_STATUS",
     "OpenAICompatBackend",
+    "RemoteVariables",
     "load_tokenizer",
     "redact_url",
 ]

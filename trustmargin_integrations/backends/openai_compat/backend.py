@@ -31,6 +31,7 @@ from trustmargin_integrations.backends.openai_compat.logprobs import (
 from trustmargin_integrations.backends.openai_compat.settings import (
     ENV_MODEL,
     ENV_URL,
+    RemoteVariables,
     resolve_settings,
 )
 from trustmargin_integrations.backends.openai_compat.transport import CompletionsTransport
@@ -159,7 +160,8 @@ class OpenAICompatBackend(LocalTokenizerMixin):
     @classmethod
     def from_env(cls, tokenizer: Any, **kwargs: Any) -> OpenAICompatBackend:
         """Build from ``$TRUSTMARGIN_REMOTE_URL``, ``$TRUSTMARGIN_REMOTE_MODEL`` (and key)."""
-        url, model = os.environ.get(ENV_URL), os.environ.get(ENV_MODEL)
+        variables = RemoteVariables.read()
+        url, model = variables.url, variables.model
         if not url:
             raise InvalidInputError(ENV_URL, "is not set", "export the server URL")
         if not model:

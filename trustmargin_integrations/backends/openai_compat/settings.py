@@ -8,12 +8,14 @@ or sent, so a typo fails at once with the field it concerns.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from pydantic import SecretStr
+
+from trustmargin_integrations.environment import EnvironmentGroup
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.urls import redact_url, split_credentials
 from trustmargin_integrations.waits import Waits
@@ -24,6 +26,17 @@ ENV_API_KEY = "TRUSTMARGIN_REMOTE_API_KEY"
 ENV_PREFIX = "TRUSTMARGIN_REMOTE"
 """Prefix of the wait settings: ``TRUSTMARGIN_REMOTE_TIMEOUT``, ``..._CONNECT_TIMEOUT``,
 ``..._READ_TIMEOUT``, ``..._RETRIES`` (see :mod:`trustmargin_integrations.waits`)."""
+
+
+class RemoteVariables(EnvironmentGroup):
+    """The ``TRUSTMARGIN_REMOTE_*`` server variables as given (unset or empty: None); the
+    wait variables of the same prefix are :class:`~trustmargin_integrations.waits.Waits`'."""
+
+    prefix = f"{ENV_PREFIX}_"
+
+    url: str | None = None
+    model: str | None = None
+    api_key: SecretStr | None = None
 
 
 @dataclass(frozen=True)
@@ -60,7 +73,9 @@ def resolve_settings(base_url: str, *, api_key: str | None, backoff_s: float,
     backoff = _check_backoff(backoff_s)
     # Credentials leave the URL for an auth object, so no log line or error can show them.
     root, credentials = _root_url(base_url)
-    key = api_key if api_key is not None else os.environ.get(ENV_API_KEY)
+    from_env = RemoteVariables.read().api_key if api_key is None else None
+    key = api_key if api_key is not None else (
+        from_env.get_secret_value() if from_env is not None else None)
     source = "api_key" if api_key is not None else ENV_API_KEY
     return ServerSettings(root, credentials, key, source, resolved, backoff)
 

@@ -45,6 +45,7 @@ from trustmargin_integrations.retrieval.elasticsearch.connection import (
     ENV_USER,
     ElasticsearchRetrievalError,
     ElasticsearchSettings,
+    ElasticsearchVariables,
     connect,
 )
 from trustmargin_integrations.retrieval.elasticsearch.corpus_files import (
@@ -76,6 +77,7 @@ __all__ = [
     "ElasticsearchRetrievalError",
     "ElasticsearchRetriever",
     "ElasticsearchSettings",
+    "ElasticsearchVariables",
     "IndexReport",
     "bulk_actions",
     "connect",

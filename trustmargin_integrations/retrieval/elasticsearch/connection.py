@@ -6,12 +6,14 @@ error messages (every message from the client is scrubbed of them).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from pydantic import SecretStr
+
+from trustmargin_integrations.environment import EnvironmentGroup
 from trustmargin_integrations.errors import BackendError, InvalidInputError
 from trustmargin_integrations.urls import (
     protect_basic_auth,
@@ -32,6 +34,23 @@ DEFAULT_INDEX = "trustmargin"
 ENV_PREFIX = "TRUSTMARGIN_ES"
 """Prefix of the wait settings (``TRUSTMARGIN_ES_TIMEOUT``, ``..._READ_TIMEOUT``,
 ``..._RETRIES``)."""
+
+
+class ElasticsearchVariables(EnvironmentGroup):
+    """The ``TRUSTMARGIN_ES_*`` variables as given (unset or empty: None)."""
+
+    prefix = f"{ENV_PREFIX}_"
+
+    url: str | None = None
+    api_key: SecretStr | None = None
+    user: str | None = None
+    password: SecretStr | None = None
+    ca_cert: str | None = None
+    index: str | None = None
+
+
+def _secret(value: SecretStr | None) -> str | None:
+    return None if value is None else value.get_secret_value()
 
 
 class ElasticsearchRetrievalError(BackendError):
@@ -112,12 +131,13 @@ class ElasticsearchSettings:
     @classmethod
     def from_env(cls, **overrides: Any) -> ElasticsearchSettings:
         """Settings from ``TRUSTMARGIN_ES_*`` variables; non-``None`` arguments win."""
+        variables = ElasticsearchVariables.read()
         env = {
-            "url": os.environ.get(ENV_URL),
-            "api_key": os.environ.get(ENV_API_KEY),
-            "username": os.environ.get(ENV_USER),
-            "password": os.environ.get(ENV_PASSWORD),
-            "ca_certs": os.environ.get(ENV_CA_CERT),
+            "url": variables.url,
+            "api_key": _secret(variables.api_key),
+            "username": variables.user,
+            "password": _secret(variables.password),
+            "ca_certs": variables.ca_cert,
         }
         given = {k: v for k, v in overrides.items() if v is not None}
         if any(k in given for k in ("api_key", "username", "password")):

@@ -6,16 +6,15 @@ from :mod:`.connection`; the request bodies, from :mod:`.queries`.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.retrieval.elasticsearch.connection import (
     DEFAULT_INDEX,
-    ENV_INDEX,
     ElasticsearchRetrievalError,
     ElasticsearchSettings,
+    ElasticsearchVariables,
     connect,
     request_failed,
     scrubbed_detail,
@@ -86,7 +85,7 @@ class ElasticsearchRetriever(IndexingMixin):
             verify_certs=verify_certs, request_timeout=request_timeout,
             max_retries=max_retries, timeout_s=timeout_s,
         )
-        name = index or os.environ.get(ENV_INDEX) or DEFAULT_INDEX
+        name = index or ElasticsearchVariables.read().index or DEFAULT_INDEX
         return cls(connect(settings), name, title_boost=title_boost, settings=settings)
 
     def __repr__(self) -> str:

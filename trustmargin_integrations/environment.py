@@ -1,0 +1,67 @@
+"""Settings read from environment variables, through pydantic-settings.
+
+Every group of variables the project reads (``TRUSTMARGIN_REMOTE_*`` for the model server,
+``TRUSTMARGIN_ES_*`` for Elasticsearch, the wait settings of both) is a ``BaseSettings``
+model next to the code that uses it; :func:`read_environment` is the one place that reads
+such a model and turns a malformed variable into an :class:`InvalidInputError` naming the
+variable, as every other input error names its field. Secrets are ``SecretStr``: they never
+reach a ``repr`` or a log line by accident.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, TypeVar
+
+from pydantic import ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from trustmargin_integrations.errors import InvalidInputError
+
+SettingsT = TypeVar("SettingsT", bound=BaseSettings)
+
+ENVIRONMENT_CONFIG = SettingsConfigDict(
+    # An empty variable means "not set" (shell scripts often export NAME= to clear one).
+    env_ignore_empty=True,
+    # Other variables sharing the prefix belong to someone else's tools: not an error.
+    extra="ignore",
+    # No .env file and no secrets directory: what the process environment says is all.
+    env_file=None,
+    frozen=True,
+)
+"""The configuration every environment model of the project uses (``model_config``)."""
+
+_TYPE_WORDS = {"float_parsing": "not a number", "int_parsing": "not a whole number",
+               "int_from_float": "not a whole number", "bool_parsing": "not true or false"}
+
+
+def read_environment(model: type[SettingsT], prefix: str) -> SettingsT:
+    """The variables ``<prefix><FIELD>`` of ``model`` (``prefix`` ends with ``_``), parsed.
+
+    Raises:
+        InvalidInputError: a variable that does not parse, named (``TRUSTMARGIN_ES_RETRIES``).
+    """
+    try:
+        return model(_env_prefix=prefix)  # type: ignore[call-arg]
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        variable = f"{prefix}{str(error['loc'][0]).upper()}"
+        problem = _TYPE_WORDS.get(error["type"], error["msg"])
+        raise InvalidInputError(variable, f"is {error.get('input')!r}, {problem}",
+                                "set it to a valid value (see the docs), or unset it"
+                                ) from None
+
+
+class EnvironmentGroup(BaseSettings):
+    """A group of variables with one fixed prefix (``TRUSTMARGIN_ES_``), read by :meth:`read`.
+    Subclasses declare the fields and set ``prefix``."""
+
+    model_config = ENVIRONMENT_CONFIG
+    prefix: ClassVar[str] = ""
+
+    @classmethod
+    def read(cls: type[GroupT]) -> GroupT:
+        """The group's variables now in the environment."""
+        return read_environment(cls, cls.prefix)
+
+
+GroupT = TypeVar("GroupT", bound=EnvironmentGroup)
