@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import ClassVar, TypeVar
 
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from trustmargin_integrations.errors import InvalidInputError
@@ -49,6 +49,12 @@ def read_environment(model: type[SettingsT], prefix: str) -> SettingsT:
         raise InvalidInputError(variable, f"is {error.get('input')!r}, {problem}",
                                 "set it to a valid value (see the docs), or unset it"
                                 ) from None
+
+
+def secret_value(secret: SecretStr | None) -> str | None:
+    """The plain text of a secret read from the environment (None when it was not set), for
+    the one client call that needs it."""
+    return None if secret is None else secret.get_secret_value()
 
 
 class EnvironmentGroup(BaseSettings):

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import SecretStr
 
-from trustmargin_integrations.environment import EnvironmentGroup
+from trustmargin_integrations.environment import EnvironmentGroup, secret_value
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.urls import redact_url, split_credentials
 from trustmargin_integrations.waits import Waits
@@ -73,9 +73,7 @@ def resolve_settings(base_url: str, *, api_key: str | None, backoff_s: float,
     backoff = _check_backoff(backoff_s)
     # Credentials leave the URL for an auth object, so no log line or error can show them.
     root, credentials = _root_url(base_url)
-    from_env = RemoteVariables.read().api_key if api_key is None else None
-    key = api_key if api_key is not None else (
-        from_env.get_secret_value() if from_env is not None else None)
+    key = api_key if api_key is not None else secret_value(RemoteVariables.read().api_key)
     source = "api_key" if api_key is not None else ENV_API_KEY
     return ServerSettings(root, credentials, key, source, resolved, backoff)
 

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 
-from trustmargin_integrations.environment import EnvironmentGroup
+from trustmargin_integrations.environment import EnvironmentGroup, secret_value
 from trustmargin_integrations.errors import BackendError, InvalidInputError
 from trustmargin_integrations.urls import (
     protect_basic_auth,
@@ -47,10 +47,6 @@ class ElasticsearchVariables(EnvironmentGroup):
     password: SecretStr | None = None
     ca_cert: str | None = None
     index: str | None = None
-
-
-def _secret(value: SecretStr | None) -> str | None:
-    return None if value is None else value.get_secret_value()
 
 
 class ElasticsearchRetrievalError(BackendError):
@@ -134,9 +130,9 @@ class ElasticsearchSettings:
         variables = ElasticsearchVariables.read()
         env = {
             "url": variables.url,
-            "api_key": _secret(variables.api_key),
+            "api_key": secret_value(variables.api_key),
             "username": variables.user,
-            "password": _secret(variables.password),
+            "password": secret_value(variables.password),
             "ca_certs": variables.ca_cert,
         }
         given = {k: v for k, v in overrides.items() if v is not None}
