@@ -193,13 +193,16 @@ def test_no_evidence_answers_closed_book(tm: TrustMargin) -> None:
     assert not d.rag_generated and d.rag_answer == "" and d.passages == []
 
 
-def test_given_candidates_are_cleaned_by_the_one_policy_and_reported(tm: TrustMargin) -> None:
-    raw = tm.arbitrate("Who designed the Zelvora Bridge?", PASSAGES,
-                       direct_answer="Gustave Eiffel\nand more text",
-                       rag_answer="Answer: Marta Okonkwo.")
-    clean = tm.arbitrate("Who designed the Zelvora Bridge?", PASSAGES,
-                         direct_answer="Gustave Eiffel", rag_answer="Marta Okonkwo")
+def test_given_candidates_under_the_legacy_sentence_form_are_cut_and_reported(
+        tm: TrustMargin) -> None:
+    legacy = TrustMargin(tm.backend, TrustMarginConfig(scoring_form="sentence"))
+    raw = legacy.arbitrate("Who designed the Zelvora Bridge?", PASSAGES,
+                           direct_answer="Gustave Eiffel\nand more text",
+                           rag_answer="Answer: Marta Okonkwo.")
+    clean = legacy.arbitrate("Who designed the Zelvora Bridge?", PASSAGES,
+                             direct_answer="Gustave Eiffel", rag_answer="Marta Okonkwo")
     assert (raw.direct_answer, raw.rag_answer) == ("Gustave Eiffel", "Marta Okonkwo")
+    assert raw.scoring_form == "sentence"
     assert raw.m == pytest.approx(clean.m, abs=1e-9)
     assert raw.direct_raw == "Gustave Eiffel\nand more text" and clean.direct_raw is None
     assert sum("scored on its short form" in w for w in raw.warnings) == 2
@@ -208,7 +211,21 @@ def test_given_candidates_are_cleaned_by_the_one_policy_and_reported(tm: TrustMa
         "Who designed the Zelvora Bridge?", PASSAGES,
         direct_answer="Gustave Eiffel\nand more text", rag_answer="Answer: Marta Okonkwo.")
     assert as_given.direct_answer == "Gustave Eiffel\nand more text"
+    assert as_given.scoring_form == "whole"
     assert as_given.m != pytest.approx(clean.m, abs=1e-3)
+
+
+def test_given_texts_with_nothing_in_common_are_compared_whole(tm: TrustMargin) -> None:
+    """No shared word, so the differing part is all of each text: compared whole, not cut by
+    a list of labels, and no warning (the record's spans say what was scored)."""
+    d = tm.arbitrate("Who designed the Zelvora Bridge?", PASSAGES,
+                     direct_answer="Gustave Eiffel\nand more text",
+                     rag_answer="Answer: Marta Okonkwo.")
+    assert d.scoring_form == "differential" and d.m is not None
+    assert (d.direct_answer, d.rag_answer) == ("Gustave Eiffel\nand more text",
+                                               "Answer: Marta Okonkwo")
+    assert d.direct_raw is None and d.rag_raw == "Answer: Marta Okonkwo."
+    assert not d.warnings
 
 
 CHAT_DIRECT = ("Sure! Here is what I know:\n\nThe Zelvora Bridge was designed by Gustave "
@@ -218,25 +235,25 @@ CHAT_RAG = ("Sure! Here is what I know:\n\nThe Zelvora Bridge was designed by Ma
             "restored in 2001.")
 
 
-def test_chat_answers_are_scored_on_their_answering_sentence_and_returned_whole(
+def test_chat_answers_are_scored_where_they_differ_and_returned_whole(
         tm: TrustMargin) -> None:
-    """Issue 18: a shared preamble neither decides nor comes back; the chosen side's text comes
-    back whole, and it is scored exactly as its short form is."""
+    """A shared preamble neither decides nor comes back: what is scored is where the two texts
+    first say different things (after the text they share); the chosen side's text comes back
+    whole, its compared part under return_text='scored'."""
     d = tm.arbitrate("Who designed the Zelvora Bridge?", PASSAGES, direct_answer=CHAT_DIRECT,
                      rag_answer=CHAT_RAG)
     assert d.reason not in ("answers_agree",) and d.m is not None
-    assert d.direct_answer == "The Zelvora Bridge was designed by Gustave Eiffel"
-    assert d.rag_answer == "The Zelvora Bridge was designed by Marta Okonkwo in 1987"
+    assert d.direct_answer == "Gustave Eiffel"
+    assert d.rag_answer == "Marta Okonkwo in 1987"
+    assert [CHAT_DIRECT[s:e] for s, e in d.direct_spans or []] == ["Gustave Eiffel"]
+    assert [CHAT_RAG[s:e] for s, e in d.rag_spans or []] == ["Marta Okonkwo in 1987"]
     assert d.answer == (CHAT_RAG if d.source == "rag" else CHAT_DIRECT)
     assert (d.direct_raw, d.rag_raw) == (CHAT_DIRECT, CHAT_RAG)
-    short = tm.arbitrate("Who designed the Zelvora Bridge?", PASSAGES,
-                         direct_answer=d.direct_answer, rag_answer=d.rag_answer)
-    assert short.m == pytest.approx(d.m, abs=1e-9) and short.source == d.source
-    assert "Sure!" not in d.direct_answer + d.rag_answer
     scored = TrustMargin(tm.backend, TrustMarginConfig(return_text="scored")).arbitrate(
         "Who designed the Zelvora Bridge?", PASSAGES, direct_answer=CHAT_DIRECT,
         rag_answer=CHAT_RAG)
     assert scored.answer == (d.rag_answer if d.source == "rag" else d.direct_answer)
+    assert scored.m == d.m
 
 
 def test_markdown_labels_never_decide(tm: TrustMargin) -> None:
@@ -244,7 +261,10 @@ def test_markdown_labels_never_decide(tm: TrustMargin) -> None:
                      direct_answer="**Answer:** Marta Okonkwo",
                      rag_answer="### Answer\nMarta Okonkwo.")
     assert d.reason == "answers_agree" and d.answer == "### Answer\nMarta Okonkwo."
-    assert d.direct_answer == d.rag_answer == "Marta Okonkwo"
+    # Every word is equal (markdown marks and punctuation aside): nothing differs to score.
+    assert (d.direct_answer, d.rag_answer) == ("**Answer:** Marta Okonkwo",
+                                               "### Answer\nMarta Okonkwo.")
+    assert d.direct_spans is None and d.m is None
 
 
 def test_answer_runs_the_whole_pipeline_over_a_retriever(tm: TrustMargin) -> None:

@@ -453,11 +453,12 @@ def test_cleaning_parity_with_the_core(router: TrustMarginRouter, tm: TrustMargi
     core = tm.arbitrate(raw["question"], [document_to_passage(doc)], raw["direct_answer"],
                         raw["rag_answer"])
     same_decision(routed, core)
-    assert (routed.direct_answer, routed.rag_answer) == ("Gustave Eiffel", "Marta Okonkwo")
-    assert (routed.direct_raw, routed.rag_raw) == (raw["direct_answer"], raw["rag_answer"])
-    assert routed.m is not None
-    assert any(w.startswith("direct_answer: scored on its short form") for w in routed.warnings)
-    assert any(w.startswith("rag_answer: scored on its short form") for w in routed.warnings)
+    # No word in common: each text is compared whole (what differs is all of it).
+    assert (routed.direct_answer, routed.rag_answer) == ("Gustave Eiffel\nand more text",
+                                                         "Answer: Marta Okonkwo")
+    assert (routed.direct_raw, routed.rag_raw) == (None, raw["rag_answer"])
+    assert routed.m is not None and routed.scoring_form == "differential"
+    assert routed.warnings == core.warnings == []
 
 
 # -- the retriever ------------------------------------------------------------------------------

@@ -191,15 +191,15 @@ def test_arbiter_cleans_like_the_core(tm: TrustMargin, events: DecisionEvents) -
     core = tm.arbitrate(question, [Passage(id="bridge", title="Velmora Bridge",
                                            text=nodes[0].node.get_content(), score=1.0)],
                         direct, rag)
-    assert (decision.direct_answer, decision.rag_answer) == ("Gustave Eiffel", "Marta Okonkwo")
-    assert (decision.direct_raw, decision.rag_raw) == (direct, rag)
+    assert (decision.direct_answer, decision.rag_answer) == ("Gustave Eiffel\nand more text",
+                                                             "Answer: Marta Okonkwo")
+    assert (decision.direct_raw, decision.rag_raw) == (None, rag)
     assert decision.m is not None and decision.m == pytest.approx(core.m, abs=1e-6)
     assert decision.m_prior == pytest.approx(core.m_prior, abs=1e-6)
     assert (decision.answer, decision.source, decision.reason) == (core.answer, core.source,
                                                                    core.reason)
-    assert decision.warnings == core.warnings
-    assert any("direct_answer: scored on its short form" in w for w in decision.warnings)
-    assert any("rag_answer: scored on its short form" in w for w in decision.warnings)
+    assert decision.warnings == core.warnings == []
+    assert decision.scoring_form == "differential"
     assert [(p.id, p.title, p.score) for p in decision.passages] == [
         ("bridge", "Velmora Bridge", 1.0)]
     # The chosen side's text as given, the evidence, the caller's metadata and one reserved

@@ -798,11 +798,12 @@ def test_a_duplicate_json_key_is_refused_at_every_reader(tmp_path: Path) -> None
 
 
 def test_rearbitrating_a_prepared_question_records_its_warnings_once(tm: TrustMargin) -> None:
-    prepared = tm.prepare({"question": QUESTION, "passages": [PASSAGE],
-                           "direct_answer": "Sure! Gustave Eiffel.\n\nMore.",
-                           "rag_answer": "Marta Okonkwo"})
-    first = tm.arbitrate_batch([prepared])[0]
-    again = tm.arbitrate_batch([prepared])[0]
+    legacy = TrustMargin(tm.backend, TrustMarginConfig(scoring_form="sentence"))
+    prepared = legacy.prepare({"question": QUESTION, "passages": [PASSAGE],
+                               "direct_answer": "Sure! Gustave Eiffel.\n\nMore.",
+                               "rag_answer": "Marta Okonkwo"})
+    first = legacy.arbitrate_batch([prepared])[0]
+    again = legacy.arbitrate_batch([prepared])[0]
     assert any("direct_answer: scored on its short form" in w for w in first.warnings)
     assert again.warnings == first.warnings
     assert (again.m, again.answer) == (first.m, first.answer)

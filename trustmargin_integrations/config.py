@@ -39,6 +39,10 @@ config's lambda_bind and tau, the default), one margin against tau, or one sourc
 names of the one-margin and single-source policies are those of
 :data:`~trustmargin_integrations.policies.PolicyKind` (one definition, here)."""
 
+ScoringForm = Literal["differential", "extract", "sentence"]
+"""How a candidate a user's chain produced is compared (``TrustMarginConfig.scoring_form``)."""
+
+
 _RULE_FIX = (f"pass a finite number: tau from -{TAU_LIMIT:g} to {TAU_LIMIT:g}, lambda_bind "
              f"from 0 to {LAMBDA_BIND_LIMIT:g}")
 _RULE = {"tau": TypeAdapter(Tau), "lambda_bind": TypeAdapter(LambdaBind)}
@@ -97,6 +101,15 @@ class TrustMarginConfig(BaseModel):
                           "period), a given answer on its answering sentence (chat lead-ins "
                           "and markdown labels skipped); a given candidate whose scored form "
                           "differs is reported in the Decision's warnings.")
+    scoring_form: ScoringForm = Field(
+        "differential", description="How a candidate a user's chain produced (chat text) is "
+        "compared with the other side: 'differential' (the default: the two texts are aligned "
+        "word by word and the first place where they say different things is scored, "
+        "conditioned on the text before it; they agree only when no word differs), 'extract' "
+        "(the model states the short answer each text gives, checked to occur in it, and the "
+        "paper's margins score those) or 'sentence' (legacy: the first answering sentence "
+        "after known English lead-ins). Generated candidates are always scored the paper's "
+        "way. See trustmargin_integrations.comparison.")
     return_text: Literal["given", "scored"] = Field(
         "given", description="What Decision.answer holds for a given candidate: the text as "
                              "the caller's chain produced it ('given', the default: the user's "

@@ -64,3 +64,26 @@ def view_texts(question: str, context: str) -> ViewPrompts:
         question_context=QUESTION_CONTEXT_TEMPLATE.format(context=context, question=question),
         context_only=CONTEXT_ONLY_TEMPLATE.format(context=context),
     )
+
+
+# Ours, not the paper's: the scorer model states the short answer a chat text gives, so that the
+# paper's margins can score short forms (``TrustMarginConfig.scoring_form="extract"``). The
+# answer is asked for "copied from the response" because an extraction that does not occur in
+# its text is not what the text says, and is refused (arbiter.comparisons).
+EXTRACT_TEMPLATE = (
+    "Question:\n"
+    "{question}\n"
+    "\n"
+    "Response:\n"
+    "{response}\n"
+    "\n"
+    "What is the short answer (a short phrase or a single word, copied from the Response) "
+    "that the Response gives to the Question?\n"
+    "\n"
+    "Short answer:"
+)
+
+
+def extract_prompt(question: str, response: str) -> str:
+    """The extraction prompt for one chat text (rendered by the backend's chat template)."""
+    return EXTRACT_TEMPLATE.format(question=question, response=response)

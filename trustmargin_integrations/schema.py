@@ -25,6 +25,8 @@ from trustmargin_integrations.margins import (
 from trustmargin_integrations.policies import Policy, apply_policy
 
 Source = Literal["direct", "rag", "agree"]
+CompareForm = Literal["paper", "differential", "extract", "sentence", "whole"]
+"""What a decision compared (``Decision.scoring_form``)."""
 DecisionReason = Reason
 
 
@@ -110,6 +112,26 @@ class ViewPrompts(BaseModel):
     context_only: str = Field(description="passages-only view (question removed)")
 
 
+def _zero(value: float) -> bool:
+    return value == 0.0
+
+
+def _empty(value: list[Any]) -> bool:
+    return not value
+
+
+def _none(value: object) -> bool:
+    return value is None
+
+
+def _the_rule(value: object) -> bool:
+    return value == "rule"
+
+
+def _paper(value: object) -> bool:
+    return value == "paper"
+
+
 class Timings(BaseModel):
     """Wall-clock seconds spent on this question (a batch's time is split evenly)."""
 
@@ -117,6 +139,10 @@ class Timings(BaseModel):
 
     generate_direct_s: float = 0.0
     generate_rag_s: float = 0.0
+    comparing_s: float = Field(
+        0.0, exclude_if=_zero,
+        description="Finding what is compared in a chain's answers (the extraction "
+                    "generations under scoring_form='extract'; text alignment otherwise).")
     scoring_s: float = 0.0
     total_s: float = 0.0
 
@@ -132,7 +158,14 @@ class RagCandidate(BaseModel):
     raw: str | None = Field(
         None, description="The text before answer cleaning, when cleaning changed it.")
     agrees_with_direct: bool = Field(
-        False, description="Normalizes equal to the Direct answer (SQuAD normalization).")
+        False, description="States what the Direct answer states (generated short answers: "
+                           "equal after SQuAD normalization; a chain's texts: every word equal "
+                           "after it, or equal stated short answers under 'extract').")
+    direct_compared: str | None = Field(
+        None, exclude_if=_none,
+        description="The part of the Direct text compared with this candidate, when a chain's "
+                    "texts are compared pair by pair (it may differ from candidate to "
+                    "candidate).")
     likelihoods: ViewLikelihoods | None = Field(
         None, description="Its three-view likelihoods; None when it was not scored.")
     m_prior: float | None = Field(None, description="M_prior of this candidate over Direct.")
@@ -142,18 +175,6 @@ class RagCandidate(BaseModel):
                           "likelihoods for an unscored candidate equal to Direct (identical "
                           "answers' margins), None for one that cannot win (blank) or when "
                           "the decision was settled before scoring.")
-
-
-def _empty(value: list[Any]) -> bool:
-    return not value
-
-
-def _none(value: object) -> bool:
-    return value is None
-
-
-def _the_rule(value: object) -> bool:
-    return value == "rule"
 
 
 class Decision(BaseModel):
@@ -198,6 +219,20 @@ class Decision(BaseModel):
         None, description="The RAG text before answer cleaning, when cleaning changed it.")
     direct_likelihoods: ViewLikelihoods | None = None
     rag_likelihoods: ViewLikelihoods | None = None
+    scoring_form: CompareForm = Field(
+        "paper", exclude_if=_paper,
+        description="What was compared: 'paper' (generated short answers, the paper's "
+                    "scoring), 'differential' (the first place two chain texts say different "
+                    "things, see direct_spans/rag_spans), 'extract' (the short answers the "
+                    "model read in the texts), 'sentence' (legacy answering sentence) or "
+                    "'whole' (texts as given, clean_answers=False).")
+    direct_spans: list[tuple[int, int]] | None = Field(
+        None, exclude_if=_none,
+        description="Character spans [start, end) of the Direct text (direct_raw, else "
+                    "direct_answer's text as given) that were scored, under 'differential'.")
+    rag_spans: list[tuple[int, int]] | None = Field(
+        None, exclude_if=_none,
+        description="Character spans of the RAG text that were scored, under 'differential'.")
     m_prior: float | None = None
     m_bind: float | None = None
     m: float | None = None

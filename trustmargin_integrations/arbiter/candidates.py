@@ -1,6 +1,8 @@
-"""Candidates: each side's answer as it will be scored, given or generated, and cleaned by
-the one policy (:func:`~trustmargin_integrations.answers.clean_answer`); a cleaning that
-changed a given answer is reported as a warning."""
+"""Candidates: each side's answer, given or generated. A generation under the paper's prompts
+is cut to its short answer by the paper's policy
+(:func:`~trustmargin_integrations.answers.clean_answer`); a given text is kept whole, and what
+of it is scored is decided per pair (:mod:`.comparisons`), except under the legacy
+``scoring_form="sentence"``, whose cut of a given answer is reported as a warning."""
 
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ def side_candidates(
     for i, text in enumerate(given):
         if text is not None:
             out[i] = cleaned(config, text, generated=False)
-            if out[i].raw is not None:  # type: ignore[union-attr]
+            if out[i].raw is not None and config.scoring_form == "sentence":  # type: ignore[union-attr]
                 _note(chunk[i], f"{side}_answer: scored on its short form "
                       f"({text!r} -> {out[i].answer!r})")  # type: ignore[union-attr]
     # A RAG answer without evidence is never needed: the decision is "no_evidence".
@@ -55,17 +57,22 @@ def side_candidates(
 
 def cleaned(config: TrustMarginConfig, text: str, *, generated: bool,
             seconds: float = 0.0) -> Candidate:
-    """``text`` as a candidate: cleaned when the config says so (``raw`` keeps the original
-    when cleaning changed more than surrounding whitespace).
+    """``text`` as a candidate (``raw`` keeps the original when the candidate's form changed
+    more than surrounding whitespace).
 
     A generation under the paper's prompts is cut by the paper's policy
-    (:func:`~trustmargin_integrations.answers.clean_answer`); a given candidate, often a chat
-    answer in full sentences, is scored on its answering sentence
-    (:func:`~trustmargin_integrations.answers.scoring_form`), which skips chat lead-ins and
-    markdown labels so they never decide an outcome. Either way ``raw`` keeps the text itself.
+    (:func:`~trustmargin_integrations.answers.clean_answer`) when the config cleans answers. A
+    given candidate, often a chat answer in full sentences, stays whole: the pair's
+    comparison decides what of it is scored. Only the legacy ``scoring_form="sentence"`` cuts
+    it here, to its answering sentence
+    (:func:`~trustmargin_integrations.answers.scoring_form`).
     """
-    policy = clean_answer if generated else scoring_form
-    answer = policy(text) if config.clean_answers else text.strip()
+    if not config.clean_answers:
+        answer = text.strip()
+    elif generated:
+        answer = clean_answer(text)
+    else:
+        answer = scoring_form(text) if config.scoring_form == "sentence" else text.strip()
     raw = None if answer == text.strip() else text
     return Candidate(answer, raw, generated, seconds)
 
@@ -81,7 +88,7 @@ def rag_options(config: TrustMarginConfig, prepared: PreparedQuestion,
     for i, (label, text) in enumerate(given):
         option = cleaned(config, text, generated=False)
         option.name = label
-        if option.raw is not None:
+        if option.raw is not None and config.scoring_form == "sentence":
             _note(prepared, f"rag_candidates[{i}]: scored on its short form "
                             f"({text!r} -> {option.answer!r})")
         out.append(option)

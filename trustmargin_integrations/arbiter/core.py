@@ -16,6 +16,7 @@ from typing import Any, cast
 from tqdm.auto import tqdm
 
 from trustmargin_integrations.arbiter.candidates import rag_options, side_candidates
+from trustmargin_integrations.arbiter.comparisons import compare_chunk
 from trustmargin_integrations.arbiter.decision import assemble_decision
 from trustmargin_integrations.arbiter.plan import plan_question, score_rows
 from trustmargin_integrations.arbiter.preparation import PreparedQuestion, prepare_valid
@@ -265,7 +266,8 @@ class TrustMargin:
     def _arbitrate_chunk(
         self, chunk: list[PreparedQuestion], keep_prompts: bool
     ) -> list[Decision]:
-        """One model session: generate what is missing, settle or score, decide.
+        """One model session: generate what is missing, compare each pair, settle or score,
+        decide.
 
         A pairwise question is the one-candidate case of a multi-candidate one: the same
         settling, scoring and rule (:func:`~trustmargin_integrations.margins.settle_among`,
@@ -276,9 +278,16 @@ class TrustMargin:
             direct = side_candidates(session, self.config, chunk, "direct")
             rag = side_candidates(session, self.config, chunk, "rag")
             options = [rag_options(self.config, p, r) for p, r in zip(chunk, rag, strict=True)]
-            plans = [plan_question(p, d.answer, [o.answer for o in opts], is_blank=self._blank,
+            start = time.perf_counter()
+            compared = compare_chunk(session, self.backend.render_prompt, self.config, chunk,
+                                     direct, options)
+            # Generated pairs are the paper's: nothing to compare, no time recorded.
+            comparing_s = ((time.perf_counter() - start) / len(chunk)
+                           if any(c.form != "paper" for row in compared for c in row) else 0.0)
+            plans = [plan_question(p, d.answer, [o.answer for o in opts], pairs,
+                                   is_blank=self._blank,
                                    skip_when_agree=self.config.skip_scoring_when_agree)
-                     for p, d, opts in zip(chunk, direct, options, strict=True)]
+                     for p, d, opts, pairs in zip(chunk, direct, options, compared, strict=True)]
             to_score = [i for i, plan in enumerate(plans) if plan.verdict is None]
             scores: dict[int, list[ViewLikelihoods]] = {}
             scoring_s = 0.0
@@ -286,19 +295,17 @@ class TrustMargin:
                 start = time.perf_counter()
                 # Every question of the chunk, with all its candidates, in one session call:
                 # the transformers fast path scores all answers of a prompt off one cache.
-                rows = [(chunk[i], [direct[i].answer]
-                         + [options[i][j].answer for j in plans[i].scored])
-                        for i in to_score]
+                rows = [(chunk[i], plans[i].items) for i in to_score]
                 scores = score_rows(session, rows, to_score)
                 scoring_s = (time.perf_counter() - start) / len(to_score)
         total = (time.perf_counter() - began) / len(chunk)
         out = []
         for i, prepared in enumerate(chunk):
             timings = Timings(generate_direct_s=direct[i].seconds,
-                              generate_rag_s=rag[i].seconds,
+                              generate_rag_s=rag[i].seconds, comparing_s=comparing_s,
                               scoring_s=scoring_s if i in scores else 0.0, total_s=total)
-            out.append(assemble_decision(prepared, direct[i], options[i], plans[i],
-                                         scores.get(i), timings, config=self.config,
+            out.append(assemble_decision(prepared, direct[i], options[i], compared[i],
+                                         plans[i], scores.get(i), timings, config=self.config,
                                          model_id=self.backend.model_id,
                                          keep_prompts=keep_prompts))
         return out

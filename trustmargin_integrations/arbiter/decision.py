@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from trustmargin_integrations.answers import answers_agree
 from trustmargin_integrations.arbiter.candidates import Candidate
+from trustmargin_integrations.arbiter.comparisons import Compared
 from trustmargin_integrations.arbiter.plan import Plan
 from trustmargin_integrations.arbiter.preparation import PreparedQuestion
+from trustmargin_integrations.comparison import Span
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.margins import Margins, Verdict, compute_margins
 from trustmargin_integrations.policies import Policy, PolicyVerdict, apply_policy
@@ -25,7 +26,8 @@ class _Outcome:
 
     verdict: Verdict
     paper: Verdict
-    direct_likelihoods: ViewLikelihoods | None
+    direct_likelihoods: list[ViewLikelihoods | None]
+    """Direct's likelihoods in each candidate's pair (None where not scored)."""
     likelihoods: list[ViewLikelihoods | None]
     margins: list[Margins | None]
 
@@ -42,13 +44,15 @@ def _outcome(plan: Plan, scores: list[ViewLikelihoods] | None, n_options: int,
     likelihoods: list[ViewLikelihoods | None] = [None] * n_options
     margins: list[Margins | None] = [None] * n_options
     if plan.verdict is not None:
-        return _Outcome(plan.verdict, plan.verdict, None, likelihoods, margins)
+        return _Outcome(plan.verdict, plan.verdict, [None] * n_options, likelihoods, margins)
     assert scores is not None  # unsettled rows are always scored
-    direct_likelihoods = scores[0]
-    for j, scored in zip(plan.scored, scores[1:], strict=True):
-        likelihoods[j] = scored
-        margins[j] = compute_margins(direct_likelihoods, scored, config.lambda_bind)
+    direct_of: list[ViewLikelihoods | None] = [None] * n_options
+    for j in plan.scored:
+        d, r = plan.pairs[j]
+        direct_of[j], likelihoods[j] = scores[d], scores[r]
+        margins[j] = compute_margins(scores[d], scores[r], config.lambda_bind)
     for j, earlier in plan.copies.items():
+        direct_of[j] = direct_of[earlier]
         likelihoods[j], margins[j] = likelihoods[earlier], margins[earlier]
     for j in plan.agreeing:
         # Equal to Direct: the margins of identical answers, without scoring.
@@ -56,8 +60,7 @@ def _outcome(plan: Plan, scores: list[ViewLikelihoods] | None, n_options: int,
     policy = Policy.from_setting(config.policy, config.lambda_bind, config.tau)
     decided = apply_policy(policy, [None if m is None else (m.m_prior, m.m_bind)
                                     for m in margins])
-    return _Outcome(_verdict_of(decided), decided.paper, direct_likelihoods, likelihoods,
-                    margins)
+    return _Outcome(_verdict_of(decided), decided.paper, direct_of, likelihoods, margins)
 
 
 def _verdict_of(decided: PolicyVerdict) -> Verdict:
@@ -71,24 +74,34 @@ def _verdict_of(decided: PolicyVerdict) -> Verdict:
     return Verdict("direct", "policy_always_direct", candidate=decided.paper.candidate)
 
 
-def _candidate_records(direct: Candidate, options: list[Candidate],
+def _candidate_records(options: list[Candidate], compared: list[Compared],
                        outcome: _Outcome) -> list[RagCandidate]:
     """The per-candidate records of a question given ``rag_candidates``."""
     return [
-        RagCandidate(name=o.name, answer=o.answer, raw=o.raw,
-                     agrees_with_direct=answers_agree(direct.answer, o.answer),
+        RagCandidate(name=o.name, answer=pair.rag_text, raw=_raw(o, pair.rag_text),
+                     agrees_with_direct=pair.agree,
+                     direct_compared=None if pair.form == "paper" else pair.direct_text,
                      likelihoods=outcome.likelihoods[j], **asdict(m) if m is not None else {})
-        for j, (o, m) in enumerate(zip(options, outcome.margins, strict=True))
+        for j, (o, pair, m) in enumerate(zip(options, compared, outcome.margins, strict=True))
     ]
 
 
-def returned_text(candidate: Candidate, config: TrustMarginConfig) -> str:
+def _raw(candidate: Candidate, compared_text: str) -> str | None:
+    """The candidate's text as given, when what was compared differs from it."""
+    if candidate.raw is not None:
+        return candidate.raw
+    return None if compared_text == candidate.answer else candidate.answer
+
+
+def returned_text(candidate: Candidate, compared_text: str, config: TrustMarginConfig) -> str:
     """The text a decision returns for its chosen candidate: a given answer as the caller's
-    chain produced it (unless ``config.return_text`` is ``"scored"``), a generated one as its
-    cleaned short answer (the paper's behaviour)."""
-    if candidate.generated or candidate.raw is None or config.return_text == "scored":
+    chain produced it (unless ``config.return_text`` is ``"scored"``: then what was
+    compared), a generated one as its cleaned short answer (the paper's behaviour)."""
+    if candidate.generated:
         return candidate.answer
-    return candidate.raw.strip()
+    if config.return_text == "scored":
+        return compared_text
+    return candidate.raw.strip() if candidate.raw is not None else candidate.answer
 
 
 # Long only by the Decision's field list (one keyword per audit field, ~35): kept in one call
@@ -97,6 +110,7 @@ def assemble_decision(
     prepared: PreparedQuestion,
     direct: Candidate,
     options: list[Candidate],
+    compared: list[Compared],
     plan: Plan,
     scores: list[ViewLikelihoods] | None,
     timings: Timings,
@@ -114,12 +128,12 @@ def assemble_decision(
     shown = verdict.candidate
     if shown is None:
         shown = next((j for j, blank in enumerate(plan.blank) if not blank), 0)
-    rag = options[shown]
-    agree = answers_agree(direct.answer, rag.answer)
-    source = "agree" if agree and verdict.reason != "no_evidence" else verdict.choice
+    rag, pair = options[shown], compared[shown]
+    source = "agree" if pair.agree and verdict.reason != "no_evidence" else verdict.choice
     valid, context = prepared.input, prepared.context
     listed = valid.rag_candidates is not None
-    records = _candidate_records(direct, options, outcome) if listed else []
+    records = _candidate_records(options, compared, outcome) if listed else []
+    chosen = (rag, pair.rag_text) if verdict.choice == "rag" else (direct, pair.direct_text)
     # The shown candidate's margins at the config's lambda_bind, whichever policy decided
     # (under the rule they are the verdict's own; a one-margin verdict carries M_bind or
     # M_prior as its M, and a single source none).
@@ -129,17 +143,20 @@ def assemble_decision(
     return Decision(
         id=valid.id,
         question=valid.question,
-        answer=returned_text(rag if verdict.choice == "rag" else direct, config),
+        answer=returned_text(*chosen, config),
         source=source,
         reason=verdict.reason,
-        direct_answer=direct.answer,
-        rag_answer=rag.answer,
+        direct_answer=pair.direct_text,
+        rag_answer=pair.rag_text,
         direct_generated=direct.generated,
         rag_generated=rag.generated,
-        direct_raw=direct.raw,
-        rag_raw=rag.raw,
-        direct_likelihoods=outcome.direct_likelihoods,
+        direct_raw=_raw(direct, pair.direct_text),
+        rag_raw=_raw(rag, pair.rag_text),
+        direct_likelihoods=_direct_likelihoods(outcome, shown),
         rag_likelihoods=outcome.likelihoods[shown],
+        scoring_form=pair.form,
+        direct_spans=_offsets(pair.direct_spans),
+        rag_spans=_offsets(pair.rag_spans),
         m_prior=margins.m_prior if margins else None,
         m_bind=margins.m_bind if margins else None,
         m=margins.m if margins else None,
@@ -162,3 +179,16 @@ def assemble_decision(
         paper_choice=paper.choice if audit else None,
         paper_winner=paper.candidate if audit and listed and paper.choice == "rag" else None,
     )
+
+
+def _offsets(spans: tuple[Span, ...] | None) -> list[tuple[int, int]] | None:
+    """Spans as the record keeps them: ``[start, end)`` pairs."""
+    return None if spans is None else [(s.start, s.end) for s in spans]
+
+
+def _direct_likelihoods(outcome: _Outcome, shown: int) -> ViewLikelihoods | None:
+    """Direct's likelihoods in the shown candidate's pair; for a shown candidate that was not
+    scored (one equal to Direct), Direct's from the first scored pair."""
+    own = outcome.direct_likelihoods[shown]
+    return own if own is not None else next(
+        (d for d in outcome.direct_likelihoods if d is not None), None)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from trustmargin_integrations.answers import answers_agree
+from trustmargin_integrations.arbiter.comparisons import Compared, Scored
 from trustmargin_integrations.arbiter.preparation import VIEWS, PreparedQuestion
 from trustmargin_integrations.backends.base import (
     ContinuationRequest,
@@ -27,6 +27,10 @@ class Plan:
     the same likelihoods, so it is scored once and the earlier one wins the tie);
     ``agreeing`` are the unscored ones equal to Direct, which enter the rule with the
     margins of identical answers (0; see :mod:`~trustmargin_integrations.margins`).
+    ``items`` is what the model scores (each side's pieces, each once) and ``pairs`` maps a
+    scored candidate to the items of its Direct side and its own side: a generated pair
+    shares one Direct item (the paper's scoring), a compared chat pair may score a part of
+    Direct's text of its own.
     """
 
     verdict: Verdict | None
@@ -34,18 +38,22 @@ class Plan:
     scored: list[int] = field(default_factory=list)
     copies: dict[int, int] = field(default_factory=dict)
     agreeing: list[int] = field(default_factory=list)
+    items: list[Scored] = field(default_factory=list)
+    pairs: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
-def plan_question(prepared: PreparedQuestion, direct: str, rag: list[str], *,
-                  is_blank: Callable[[str], bool], skip_when_agree: bool) -> Plan:
+def plan_question(prepared: PreparedQuestion, direct: str, rag: list[str],
+                  compared: list[Compared], *, is_blank: Callable[[str], bool],
+                  skip_when_agree: bool) -> Plan:
     """Settle the question, or say which candidates need likelihoods (see :class:`Plan`).
 
-    ``is_blank`` says whether an answer has nothing to score; ``skip_when_agree`` is the
-    config's ``skip_scoring_when_agree``.
+    ``compared`` is each candidate's pair with Direct (:mod:`.comparisons`), whose ``agree``
+    says when the answers agree; ``is_blank`` says whether an answer has nothing to score;
+    ``skip_when_agree`` is the config's ``skip_scoring_when_agree``.
     """
     blank = [is_blank(answer) for answer in rag]
-    agree = [skip_when_agree and not b and answers_agree(direct, answer)
-             for b, answer in zip(blank, rag, strict=True)]
+    agree = [skip_when_agree and not b and pair.agree
+             for b, pair in zip(blank, compared, strict=True)]
     verdict = settle_among(has_evidence=prepared.has_evidence,
                            direct_blank=is_blank(direct), rag_blank=blank,
                            agree_unscored=agree)
@@ -53,6 +61,14 @@ def plan_question(prepared: PreparedQuestion, direct: str, rag: list[str], *,
         return Plan(verdict, blank)
     plan = Plan(None, blank, agreeing=[j for j in range(len(rag)) if agree[j]])
     first: dict[str, int] = {}
+    index: dict[Scored, int] = {}
+
+    def item(scored: Scored) -> int:
+        if scored not in index:
+            index[scored] = len(plan.items)
+            plan.items.append(scored)
+        return index[scored]
+
     for j, answer in enumerate(rag):
         if blank[j] or agree[j]:
             continue
@@ -61,30 +77,38 @@ def plan_question(prepared: PreparedQuestion, direct: str, rag: list[str], *,
         else:
             first[answer] = j
             plan.scored.append(j)
+            plan.pairs[j] = (item(compared[j].direct), item(compared[j].rag))
     return plan
 
 
 def score_rows(
     session: ModelSession,
-    rows: list[tuple[PreparedQuestion, list[str]]],
+    rows: list[tuple[PreparedQuestion, list[Scored]]],
     positions: list[int],
 ) -> dict[int, list[ViewLikelihoods]]:
-    """Every answer's three-view likelihoods (Direct first), all rows in one call, keyed by
-    the row's position in its chunk.
+    """Every item's three-view likelihoods, all rows in one call, keyed by the row's
+    position in its chunk.
 
-    A pairwise row is Direct then RAG, each over the three views: the six requests
-    in the order they have always been sent.
+    An item of one piece is one request per view, the paper's scoring: a generated pairwise
+    row is Direct then RAG, each over the three views, the six requests in the order they
+    have always been sent. An item of several pieces is scored piece by piece, each piece
+    after the view prompt and the text before it, and its likelihood is the mean over all
+    its tokens.
     """
-    requests = [ContinuationRequest(getattr(p.views, view), answer)
-                for p, answers in rows for answer in answers for view in VIEWS]
+    requests = [ContinuationRequest(getattr(p.views, view) + piece.prefix, piece.text)
+                for p, items in rows for scored in items for view in VIEWS
+                for piece in scored]
     flat = iter(session.score(requests))
     out: dict[int, list[ViewLikelihoods]] = {}
-    for (_, answers), pos in zip(rows, positions, strict=True):
-        out[pos] = [view_likelihoods([next(flat) for _ in VIEWS]) for _ in answers]
+    for (_, items), pos in zip(rows, positions, strict=True):
+        out[pos] = [view_likelihoods([[next(flat) for _ in scored] for _ in VIEWS])
+                    for scored in items]
     return out
 
 
-def view_likelihoods(scores: list[ContinuationScore]) -> ViewLikelihoods:
-    """One answer's record from its scores under the three views (in ``VIEWS`` order)."""
-    return ViewLikelihoods(**{view: s.mean for view, s in zip(VIEWS, scores, strict=True)},
-                           num_tokens=scores[0].num_tokens)
+def view_likelihoods(scores: list[list[ContinuationScore]]) -> ViewLikelihoods:
+    """One item's record from its pieces' scores under the three views (in ``VIEWS``
+    order): per view, the log-probability of all its tokens over their count."""
+    means = {view: sum(s.logprob_sum for s in pieces) / sum(s.num_tokens for s in pieces)
+             for view, pieces in zip(VIEWS, scores, strict=True)}
+    return ViewLikelihoods(**means, num_tokens=sum(s.num_tokens for s in scores[0]))

@@ -1,0 +1,77 @@
+"""Framing invariance of chat-text arbitration: per framing and per scoring form, the share of
+strict disagreements whose framed decision keeps the bare pair's side (away from near-ties,
+|M - tau| >= 0.25) and the number of framed decisions that claim agreement (must be 0).
+
+The disagreements are the model's own: each question is answered both ways under the paper's
+prompts, and the pairs whose short answers differ are kept. Both sides are then wrapped in the
+same framing (:data:`~trustmargin_integrations.evaluation.framing.FRAMINGS`: lead-ins in seven
+languages, a chain-of-thought preamble, markdown, a citation, a trailing caveat, the answer
+restated) and arbitrated as a chain's texts are. Also prints each form's arbitration time per
+question for the framed texts at batch 8.
+
+Usage: python benchmarks/framing.py [--limit 40] [--model smollm2-135m] [--dtype bfloat16]
+       [--form differential --form sentence] [--data-dir ../shared/data/raw] [--out table.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from trustmargin_integrations import TrustMargin
+from trustmargin_integrations.evaluation.datasets import load_dataset
+from trustmargin_integrations.evaluation.framing import (
+    FramingRow,
+    disagreements,
+    invariance,
+    invariance_table,
+)
+from trustmargin_integrations.evaluation.longform import FORMS
+from trustmargin_integrations.evaluation.pipeline_runner import first_of_each_type
+
+DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "raw"
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, list[FramingRow]]:
+    """Measure and print the invariance table (one column pair per scoring form)."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--dataset", action="append", default=None)
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--limit", type=int, default=40, help="questions per dataset")
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--dtype", default=None)
+    parser.add_argument("--form", action="append", default=None, choices=list(FORMS))
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+
+    tm = TrustMargin.from_pretrained(args.model, dtype=args.dtype)
+    questions = []
+    for name in args.dataset or ["cwq", "2wiki", "hotpotqa"]:
+        examples = first_of_each_type(load_dataset(name, args.data_dir), args.limit,
+                                      lambda e: e.meta.get("type", ""))
+        questions += [(e.question, [p.as_context() for p in e.passages or ()])
+                      for e in examples]
+    pairs = disagreements(tm, questions, progress=True)
+    results: dict[str, list[FramingRow]] = {}
+    seconds: dict[str, float] = {}
+    for form in args.form or FORMS:
+        arbiter = TrustMargin(tm.backend, tm.config.model_copy(update={"scoring_form": form}))
+        start = time.perf_counter()
+        _, results[form] = invariance(arbiter, pairs)
+        seconds[form] = (time.perf_counter() - start) / (len(pairs) * (1 + len(results[form])))
+    lines = [f"Framing invariance, {tm.backend.model_id}: {len(pairs)} strict disagreements "
+             f"among {len(questions)} questions (PRAG BM25 top-3 passages).", "",
+             *invariance_table(results), "",
+             "Arbitration time per framed question (batch 8, both texts given): "
+             + ", ".join(f"{f} {s:.3f} s" for f, s in seconds.items()) + "."]
+    text = "\n".join(lines)
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text + "\n", encoding="utf-8")
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""What two chat answers say decides, not how they say it: chain texts are compared where they
+differ (the differential scoring form), in any language and framing, and never reported as
+agreeing unless no word differs. Real embedded model, real shared benchmark questions."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trustmargin_integrations import TrustMargin, TrustMarginConfig
+from trustmargin_integrations.comparison import differential, scored_text, words
+from trustmargin_integrations.evaluation.datasets import load_dataset
+from trustmargin_integrations.evaluation.framing import (
+    FRAMINGS,
+    disagreements,
+    invariance,
+)
+
+DATA_DIR = Path(os.environ.get("TRUSTMARGIN_DATA")
+                or Path(__file__).resolve().parents[2] / "shared" / "data" / "raw")
+
+QUESTION = "In which district of Velmora does the Kessel bridge stand?"
+PASSAGES = ["The Kessel bridge, finished in 1911, stands in the Weststadt district of Velmora.",
+            "Velmora has two districts on the river: Oststadt and Weststadt."]
+LEAD_INS = ["Hello!", "Let me think step by step.", "I'm happy to help!", "Bien sûr !", "Gerne!"]
+
+
+@pytest.mark.parametrize("lead_in", LEAD_INS)
+def test_opposite_facts_behind_one_lead_in_are_scored(tm: TrustMargin, lead_in: str) -> None:
+    direct = f"{lead_in} The Kessel bridge stands in Oststadt."
+    rag = f"{lead_in} The Kessel bridge stands in Weststadt."
+    d = tm.arbitrate(QUESTION, PASSAGES, direct_answer=direct, rag_answer=rag)
+    assert d.source != "agree" and d.reason in {"margin_above_tau", "margin_at_or_below_tau"}
+    assert d.m is not None and d.direct_likelihoods is not None
+    assert d.scoring_form == "differential"
+    # The record says what was compared: the differing facts, located in the given texts.
+    assert (d.direct_answer, d.rag_answer) == ("Oststadt", "Weststadt")
+    assert d.direct_spans is not None and d.rag_spans is not None
+    assert [direct[s:e] for s, e in d.direct_spans] == ["Oststadt"]
+    assert [rag[s:e] for s, e in d.rag_spans] == ["Weststadt"]
+    # The user's text comes back whole.
+    assert d.answer == (rag if d.source == "rag" else direct)
+
+
+def test_the_shared_context_before_the_difference_is_conditioned_on(tm: TrustMargin) -> None:
+    """The differing span is scored after the text both sides share, not alone: the scores
+    are those of a plain teacher-forced pass over prompt + shared text + span."""
+    direct, rag = "Hello! It stands in Oststadt.", "Hello! It stands in Weststadt."
+    d = tm.arbitrate(QUESTION, PASSAGES, direct_answer=direct, rag_answer=rag)
+    from trustmargin_integrations.backends.base import ContinuationRequest
+    prepared = tm.prepare({"question": QUESTION, "passages": PASSAGES})
+    plain = tm.backend.score_continuations([
+        ContinuationRequest(prepared.views.question_only + "Hello! It stands in", " Weststadt")])
+    assert d.rag_likelihoods is not None
+    assert d.rag_likelihoods.question_only == pytest.approx(plain[0].mean, abs=1e-4)
+
+
+def test_an_incidental_first_sentence_is_not_what_is_scored(tm: TrustMargin) -> None:
+    direct = "- The bridge is in Velmora.\n- It was finished in 1911."
+    rag = "- The bridge is in Velmora.\n- It was finished in 1923."
+    d = tm.arbitrate("When was the Kessel bridge finished?", PASSAGES, direct_answer=direct,
+                     rag_answer=rag)
+    assert (d.direct_answer, d.rag_answer) == ("1911", "1923")
+    assert d.source == "direct" or d.m is not None
+
+
+def test_texts_that_differ_only_in_case_and_punctuation_agree(tm: TrustMargin) -> None:
+    d = tm.arbitrate(QUESTION, PASSAGES, direct_answer="**Weststadt.**",
+                     rag_answer="weststadt")
+    assert d.source == "agree" and d.reason == "answers_agree"
+
+
+def test_generated_candidates_keep_the_papers_scoring(tm: TrustMargin) -> None:
+    d = tm.arbitrate(QUESTION, PASSAGES)
+    assert d.scoring_form == "paper"
+    assert "scoring_form" not in d.model_dump(mode="json", exclude_none=False) or (
+        d.model_dump(mode="json").get("scoring_form") is None)
+    assert d.direct_spans is None and d.rag_spans is None
+
+
+def test_return_text_scored_returns_the_compared_form(backend: object) -> None:
+    tm = TrustMargin(backend, TrustMarginConfig(return_text="scored"))  # type: ignore[arg-type]
+    d = tm.arbitrate(QUESTION, PASSAGES, direct_answer="Gerne! Es ist Oststadt.",
+                     rag_answer="Gerne! Es ist Weststadt.")
+    assert d.answer in {"Oststadt", "Weststadt"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet=st.characters(categories=("L", "N")), min_size=1,
+                        max_size=8), min_size=1, max_size=6),
+       st.lists(st.text(alphabet=st.characters(categories=("L", "N")), min_size=1,
+                        max_size=8), min_size=1, max_size=6),
+       st.sampled_from(["", "Hello! ", "Bien sûr ! ", "### Answer\n\n", "当然！"]))
+def test_texts_with_different_words_never_agree(left: list[str], right: list[str],
+                                                frame: str) -> None:
+    a, b = frame + " ".join(left), frame + " ".join(right)
+    found = differential(a, b)
+    same = [w.key for w in words(a)] == [w.key for w in words(b)]
+    assert found.agree == (same and bool(words(a)))
+    if not found.agree and words(a) and words(b):
+        # Something of each side is compared, and it lies inside that side's text.
+        assert found.direct and found.rag
+        assert scored_text(a, found.direct) and scored_text(b, found.rag)
+
+
+def test_one_sided_additions_are_widened_to_a_shared_word() -> None:
+    found = differential("Paris", "Paris and Lyon")
+    assert scored_text("Paris", found.direct) == "Paris"
+    assert scored_text("Paris and Lyon", found.rag) == "Paris and Lyon"
+    found = differential("Sure! It is Paris.", "It is Paris.")
+    assert not found.agree
+    assert scored_text("Sure! It is Paris.", found.direct) == "Sure! It"
+    assert scored_text("It is Paris.", found.rag) == "It"
+
+
+def _shared_questions(per_dataset: int) -> list[tuple[str, list[str]]]:
+    out = []
+    for name in ("cwq", "2wiki", "hotpotqa"):
+        for example in load_dataset(name, DATA_DIR)[:per_dataset]:
+            out.append((example.question, [p.as_context() for p in example.passages or ()]))
+    return out
+
+
+def test_framing_invariance_on_the_shared_dev_sets(tm: TrustMargin) -> None:
+    """The issue's bound: across framings the framed decision keeps the bare pair's side in at
+    least 90% of the pairs away from near-ties, and never claims agreement."""
+    pairs = disagreements(tm, _shared_questions(12))
+    assert len(pairs) >= 10, "too few strict disagreements to measure anything"
+    _, rows = invariance(tm, pairs)
+    assert [r.framing for r in rows] == list(FRAMINGS)
+    assert all(r.agree == 0 for r in rows), {r.framing: r.agree for r in rows if r.agree}
+    kept = sum(r.kept_side for r in rows)
+    compared = sum(r.compared for r in rows)
+    assert compared >= 5 * len(rows)
+    assert kept / compared >= 0.9, {r.framing: f"{r.kept_side}/{r.compared}" for r in rows}

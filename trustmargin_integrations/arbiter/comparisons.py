@@ -1,0 +1,146 @@
+"""What is scored for each pair (Direct, one RAG candidate): the paper's short answers for
+generated candidates, and for text a user's chain produced the form the config names
+(``TrustMarginConfig.scoring_form``, see :mod:`trustmargin_integrations.comparison`).
+
+A pair's compared form is a list of *pieces* per side, each a continuation scored after the
+view prompt and the side's own text before it; one piece with no prefix is the paper's
+scoring of a whole short answer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from trustmargin_integrations.answers import answer_complete, answers_agree, clean_answer
+from trustmargin_integrations.arbiter.candidates import Candidate
+from trustmargin_integrations.arbiter.preparation import PreparedQuestion
+from trustmargin_integrations.backends.base import ModelSession
+from trustmargin_integrations.comparison import Span, differential, scored_text, words
+from trustmargin_integrations.config import TrustMarginConfig
+from trustmargin_integrations.prompts import extract_prompt
+
+# A stated short answer is a phrase: a few tokens, never the whole text again.
+EXTRACT_MAX_NEW_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One continuation to score: ``text`` after the view prompt and ``prefix``."""
+
+    prefix: str
+    text: str
+
+
+Scored = tuple[Piece, ...]
+"""Everything scored for one side of a pair; its likelihood is the token-weighted mean."""
+
+
+@dataclass(frozen=True)
+class Compared:
+    """One pair's compared form: agreement, what each side scores, and the audit record."""
+
+    form: str
+    agree: bool
+    direct: Scored
+    rag: Scored
+    direct_text: str
+    rag_text: str
+    direct_spans: tuple[Span, ...] | None = None
+    rag_spans: tuple[Span, ...] | None = None
+
+
+def whole(form: str, direct: str, rag: str) -> Compared:
+    """Both texts scored whole (the paper's scoring of two short answers)."""
+    return Compared(form, answers_agree(direct, rag), (Piece("", direct),), (Piece("", rag),),
+                    direct, rag)
+
+
+def pieces(text: str, spans: tuple[Span, ...]) -> Scored:
+    """The spans of ``text`` as continuations of the text before them. The space before a
+    span belongs to it: tokenizers mark a word's leading space on the word's own token."""
+    out = []
+    for span in spans:
+        cut = len(text[:span.start].rstrip())
+        out.append(Piece(text[:cut], text[cut:span.end]))
+    return tuple(out)
+
+
+def by_difference(direct: str, rag: str) -> Compared:
+    """The differential form (:func:`~trustmargin_integrations.comparison.differential`); texts
+    that agree are scored whole should the caller score agreeing answers at all."""
+    found = differential(direct, rag)
+    if found.agree or not found.direct:
+        return Compared("differential", found.agree, (Piece("", direct),), (Piece("", rag),),
+                        direct, rag)
+    return Compared("differential", False, pieces(direct, found.direct), pieces(rag, found.rag),
+                    scored_text(direct, found.direct), scored_text(rag, found.rag),
+                    found.direct, found.rag)
+
+
+def stated_in(short: str, text: str) -> bool:
+    """True when the words of ``short`` occur, in order and together, among ``text``'s."""
+    needle = [w.key for w in words(short)]
+    hay = [w.key for w in words(text)]
+    return bool(needle) and any(hay[i:i + len(needle)] == needle
+                                for i in range(len(hay) - len(needle) + 1))
+
+
+def compare_chunk(session: ModelSession, render: Callable[[str], str],
+                  config: TrustMarginConfig, chunk: list[PreparedQuestion],
+                  direct: list[Candidate], options: list[list[Candidate]]
+                  ) -> list[list[Compared]]:
+    """Every pair's compared form, per question and RAG candidate (one generation call for
+    the whole chunk's extractions under ``scoring_form="extract"``; ``render`` is the
+    backend's chat template)."""
+    stated = _extractions(session, render, config, chunk, direct, options)
+    out: list[list[Compared]] = []
+    for i, (d, opts) in enumerate(zip(direct, options, strict=True)):
+        row = []
+        for o in opts:
+            if (d.generated and o.generated) or not config.clean_answers:
+                row.append(whole("paper" if config.clean_answers else "whole", d.answer,
+                                 o.answer))
+            elif config.scoring_form == "sentence":
+                row.append(whole("sentence", d.answer, o.answer))
+            elif config.scoring_form == "extract":
+                row.append(_by_extraction(chunk[i], d, o, stated))
+            else:
+                row.append(by_difference(d.answer, o.answer))
+        out.append(row)
+    return out
+
+
+def _extractions(session: ModelSession, render: Callable[[str], str],
+                 config: TrustMarginConfig,
+                 chunk: list[PreparedQuestion], direct: list[Candidate],
+                 options: list[list[Candidate]]) -> dict[tuple[str, str], str]:
+    """The short answer the model reads in each given text, keyed by (question, text)."""
+    if config.scoring_form != "extract" or not config.clean_answers:
+        return {}
+    wanted: dict[tuple[str, str], str] = {}
+    for p, d, opts in zip(chunk, direct, options, strict=True):
+        for c in [d, *opts]:
+            if not c.generated and c.answer.strip():
+                question = p.input.question
+                wanted[(question, c.answer)] = render(extract_prompt(question, c.answer))
+    if not wanted:
+        return {}
+    texts = session.generate(list(wanted.values()), EXTRACT_MAX_NEW_TOKENS,
+                             stop=answer_complete)
+    return {key: clean_answer(t) for key, t in zip(wanted, texts, strict=True)}
+
+
+def _by_extraction(prepared: PreparedQuestion, d: Candidate, o: Candidate,
+                   stated: dict[tuple[str, str], str]) -> Compared:
+    """The paper's scoring of both texts' stated short answers; a text whose extraction does
+    not occur in it (the model did not read it, it invented) is compared by difference."""
+    question = prepared.input.question
+    short = [c.answer if c.generated else stated.get((question, c.answer), "")
+             for c in (d, o)]
+    if not all(stated_in(s, c.answer) for s, c in zip(short, (d, o), strict=True)):
+        fallback = by_difference(d.answer, o.answer)
+        note = "extraction not stated in its text; compared by difference"
+        if note not in prepared.input.warnings:
+            prepared.input.warnings.append(note)
+        return fallback
+    return whole("extract", short[0], short[1])
