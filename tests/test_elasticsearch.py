@@ -414,6 +414,39 @@ def test_a_server_that_never_answers_is_given_up_within_the_total(
         assert len(server.seen) == 3  # every attempt fit the total
 
 
+ES_HEADERS = {"X-Elastic-Product": "Elasticsearch"}
+ONE_HIT = {"took": 1, "timed_out": False,
+           "hits": {"total": {"value": 1, "relation": "eq"},
+                    "hits": [{"_id": "p0", "_score": 1.5, "_source": {"id": "p0", "text": "t"}}]}}
+
+
+@pytest.mark.parametrize("where", ["headers", "body"])
+def test_a_server_that_trickles_its_headers_or_body_is_given_up_near_the_total(
+    no_es_env: None, where: str
+) -> None:
+    from fault_server import Answer, FaultServer, elapsed, scripted
+
+    # A byte every 0.5 s: each read returns inside the 1 s per-attempt limit, so the urllib3
+    # node read on for minutes per attempt (60-120 s per call at timeout_s=6 in the issue).
+    trickle = Answer(body=ONE_HIT, headers=ES_HEADERS,
+                     **{"trickle_headers_s" if where == "headers" else "trickle_s": 0.5})
+    with FaultServer(scripted([Answer(body=ONE_HIT, headers=ES_HEADERS)], then=trickle)
+                     ) as server:
+        es = ElasticsearchRetriever.connect(server.url, index="films", timeout_s=3)
+        # First a prompt answer: the client's own headers, product check and parsing work
+        # through the deadline node.
+        hits = es.search("who directed Alien?", 3)
+        assert [(h.id, h.text, h.score) for h in hits] == [("p0", "t", 1.5)]
+        assert server.seen[0].path.startswith("/films/_search")
+        assert server.seen[0].body["size"] == 3
+        took, error = elapsed(lambda: es.search("who directed Alien?", 3))
+        attempts = len(server.seen) - 1
+    assert isinstance(error, ElasticsearchRetrievalError), error
+    assert "ConnectionTimeout" in str(error) and "Fix:" in str(error)
+    assert took < 3 * 3, took  # a correctness bound (3x the total), not a speed goal
+    assert attempts == 3  # each of the three attempts got its share of the total
+
+
 def test_wait_settings_default_and_refuse_nonsense(no_es_env: None,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     settings = ElasticsearchSettings("http://127.0.0.1:9200")

@@ -205,6 +205,22 @@ def test_an_answer_that_trickles_is_cut_at_the_total(serve: Any, tokenizer: Any)
     assert took < 2.5, took
 
 
+@pytest.mark.parametrize("where", ["headers", "body"])
+def test_a_server_that_trickles_its_headers_or_body_is_cut_at_the_deadline(
+    serve: Any, tokenizer: Any, where: str
+) -> None:
+    # One byte a second from the status line on (or from the body on): every read returns
+    # within the 2 s read timeout, so before one deadline covered connect, headers and body
+    # a 3 s request ran for minutes (the issue's: 120 s for a 5 s request).
+    trickle = {"trickle_headers_s" if where == "headers" else "trickle_s": 1.0}
+    server = serve(lambda seen: Answer(body={"choices": [{"text": "Paris"}]}, **trickle))
+    rb = client(server, tokenizer, read_timeout_s=2, timeout_s=3)
+    took, error = elapsed(lambda: rb.generate(["q"], 4))
+    assert isinstance(error, BackendError), error
+    assert "did not complete within the 3 s total" in str(error), error
+    assert took < 3 * 3, took  # a correctness bound (3x the deadline), not a speed goal
+
+
 NOW = datetime(2025, 1, 1, tzinfo=timezone.utc)
 
 

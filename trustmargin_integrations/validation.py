@@ -163,7 +163,7 @@ def _rag_candidates(value: Any, name: _Namer, warnings: list[str]) -> list[Named
             raise InvalidInputError(where, f"must be a string or a (name, text) pair, got "
                                     f"{_describe(item)}", fix)
         if named or label is not None:  # a mapping's key is always a name
-            if not isinstance(label, str) or not _visible(label):
+            if not isinstance(label, str) or is_blank_text(label):
                 raise InvalidInputError(where, f"has a name that is not a non-empty string "
                                         f"({label!r})", "name candidates like 'bm25' or "
                                         "'ircot'")
@@ -234,7 +234,7 @@ def check_question(value: Any, field_name: str = "question",
     """A question: stripped, visible text (``warnings`` gets what was removed)."""
     text = _text(value, field_name, [] if warnings is None else warnings,
                  "pass the user's question as text")
-    if text is None or not _visible(text):
+    if text is None or is_blank_text(text):
         raise InvalidInputError(field_name, "is missing, empty or has no visible character",
                                 "pass a non-empty question")
     return text
@@ -258,10 +258,19 @@ def check_k(value: Any, field_name: str = "k") -> int:
     return value
 
 
-def _visible(text: str) -> bool:
-    """True when ``text`` has a character that is not whitespace or an invisible format
-    character (zero-width spaces and joiners, direction marks, BOM: category Cf)."""
-    return any(not ch.isspace() and unicodedata.category(ch) != "Cf" for ch in text)
+# Characters that show nothing on their own: controls (Cc), format characters (Cf: zero-width
+# space and joiners, direction marks, the BOM U+FEFF, soft hyphen) and separators (Zs, Zl, Zp:
+# every space, including NBSP and the ideographic space, and the line/paragraph separators).
+_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+
+
+def is_blank_text(text: str) -> bool:
+    """True when ``text`` has no visible character: it is empty or holds only whitespace,
+    separators (category Z), control (Cc) and format characters (Cf, e.g. U+200B zero-width
+    space, U+FEFF). The one blank test for questions, passages, candidate names and the
+    candidates the arbiter would score (``"\u200b"`` is as blank as ``""``)."""
+    return all(ch.isspace() or unicodedata.category(ch) in _INVISIBLE_CATEGORIES
+               for ch in text)
 
 
 def _text(value: Any, field_name: str, warnings: list[str], fix: str) -> str | None:
@@ -301,7 +310,7 @@ def _passages(
                                     "pass passage texts (str), Passage records or "
                                     "{'text', 'title', 'id'} objects")
         text = _text(p, where, warnings, "pass passage texts (str) or Passage records")
-        if not text or not _visible(text):
+        if is_blank_text(text):
             raise InvalidInputError(where, "is empty or whitespace",
                                     "drop empty passages before arbitration")
         texts.append(text)

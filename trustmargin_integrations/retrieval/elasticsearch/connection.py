@@ -151,11 +151,16 @@ class ElasticsearchSettings:
         """Keyword arguments for ``elasticsearch.Elasticsearch``."""
         assert self.request_timeout is not None and self.timeout_s is not None
         attempts = (self.max_retries or 0) + 1
+        from trustmargin_integrations.retrieval.elasticsearch.node import DeadlineHttpNode
+
         kwargs: dict[str, Any] = {
             "hosts": [self.url],
             # The client retries at once, without pauses, so attempts x per-attempt limit
             # is the whole wait: lowering the limit keeps a dead server within timeout_s.
+            # The node makes that limit a deadline for the whole attempt, headers and body
+            # included (urllib3's bounds each read, which a trickling server never trips).
             "request_timeout": min(self.request_timeout, self.timeout_s / attempts),
+            "node_class": DeadlineHttpNode,
             "max_retries": self.max_retries,
             "retry_on_timeout": True,
         }
