@@ -55,18 +55,26 @@ class Answer:
 
 def echo_answer(tokenizer: Any, prompt: str, logprob: Any = -0.5,
                 last: Any = None) -> Answer:
-    """A llama-cpp-python style echo of ``prompt``: its tokens (no BOS) and one generated
-    ``.``, every prompt token at ``logprob`` and the last one (inside the answer) at ``last``
-    when given, whatever it is (NaN, a string, a bool)."""
+    """A llama-cpp-python style echo of ``prompt``: its text and one generated ``.``, its
+    tokens (no BOS), every prompt token at ``logprob`` and the last one (inside the answer)
+    at ``last`` when given, whatever it is (NaN, a string, a bool)."""
     ids = tokenizer(prompt, add_special_tokens=False).input_ids
-    tokens = [tokenizer.decode([i]) for i in ids] + ["."]
-    values: list[Any] = [None] + [logprob] * (len(ids) - 1) + [-1.0]
+    return echo_tokens([tokenizer.decode([i]) for i in ids], prompt, logprob, last)
+
+
+def echo_tokens(tokens: list[str], prompt: str, logprob: Any = -0.5, last: Any = None,
+                prompt_tokens: Any = None) -> Answer:
+    """An echo of ``prompt`` as the given token texts (a tokenizer of the server's own) and
+    one generated ``.``; ``prompt_tokens`` replaces the reported count (default: the
+    number of tokens)."""
+    values: list[Any] = [None] + [logprob] * (len(tokens) - 1) + [-1.0]
     if last is not None:
-        values[len(ids) - 1] = last
-    return Answer(body={"choices": [{"text": "".join(tokens), "index": 0,
-                                     "logprobs": {"tokens": tokens,
+        values[len(tokens) - 1] = last
+    count = len(tokens) if prompt_tokens is None else prompt_tokens
+    return Answer(body={"choices": [{"text": prompt + ".", "index": 0,
+                                     "logprobs": {"tokens": [*tokens, "."],
                                                   "token_logprobs": values}}],
-                        "usage": {"prompt_tokens": len(ids), "completion_tokens": 1}})
+                        "usage": {"prompt_tokens": count, "completion_tokens": 1}})
 
 
 class FaultServer:

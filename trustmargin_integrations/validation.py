@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -262,6 +262,21 @@ def check_k(value: Any, field_name: str = "k") -> int:
 # space and joiners, direction marks, the BOM U+FEFF, soft hyphen) and separators (Zs, Zl, Zp:
 # every space, including NBSP and the ideographic space, and the line/paragraph separators).
 _INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+
+
+def check_queries(value: Any, field_name: str = "queries") -> list[str]:
+    """A batch of search queries: a list of texts with a visible character each (a single
+    string is refused, not searched character by character); errors name ``queries[i]``."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise InvalidInputError(field_name, f"must be a list of query strings, got a "
+                                f"{type(value).__name__}",
+                                "pass a list of queries (wrap a single query in a list, or "
+                                "call search)")
+    for i, query in enumerate(value):
+        if not isinstance(query, str) or is_blank_text(query):
+            raise InvalidInputError(f"{field_name}[{i}]", "is empty or not a string",
+                                    "pass a non-empty query string")
+    return list(value)
 
 
 def is_blank_text(text: str) -> bool:
