@@ -175,48 +175,49 @@ def per_character(seen: Seen) -> Answer:
     return answer
 
 
-def test_an_all_cyrillic_answer_under_another_tokenizer_is_refused(serve: Any,
-                                                                   tokenizer: Any) -> None:
-    # The old check compared ASCII characters only: an all-Cyrillic tail compared "" with ""
-    # and was scored on the last few characters of the answer without a word.
-    # "Лев Толстой" is 11 characters and 9 SmolLM2 tokens: the last 9 characters ("в
-    # Толстой") were taken for the answer, as in the issue.
+def split_as(tokenizer: Any, style: str) -> Any:
+    """A server with the client's tokenizer that prints a character split across tokens
+    as U+FFFD in each part ("replacement", as the local tokenizer does), as nothing
+    ("nothing": llama-cpp-python, measured) or whole on its last token ("whole":
+    vLLM's incremental decoding)."""
+
+    def respond(seen: Seen) -> Answer:
+        ids = tokenizer(seen.body["prompt"], add_special_tokens=False).input_ids
+        pieces = [tokenizer.decode([i]) for i in ids]
+        if style == "nothing":
+            pieces = [p.replace("\ufffd", "") for p in pieces]
+        elif style == "whole":
+            done, pieces = "", []
+            for k in range(len(ids)):
+                text = tokenizer.decode(ids[:k + 1])
+                complete = "\ufffd" not in text[len(done):]
+                pieces.append(text[len(done):] if complete else "")
+                done = text if complete else done
+        return echo_tokens(pieces, seen.body["prompt"])
+
+    return respond
+
+
+def test_every_character_is_compared_split_or_not_and_another_tokenizer_is_refused(
+    serve: Any, tokenizer: Any
+) -> None:
+    # SmolLM2 splits "Л", "Т", "á", "東" and "京" across byte-level tokens. However a
+    # matching server prints those, the answer is accepted.
+    for answer in (" Лев Толстой", " Goiás", " 東京 km²", " Gustave Eiffel"):
+        request = ContinuationRequest(REQUEST.prompt, answer)
+        for style in ("replacement", "nothing", "whole"):
+            rb = client(serve(split_as(tokenizer, style)), tokenizer)
+            (score,) = rb.score_continuations([request])
+            assert score.num_tokens == rb.count_tokens(answer), (answer, style)
+            assert score.logprob_sum == pytest.approx(-0.5 * score.num_tokens), (answer, style)
+    # The old check compared ASCII characters only: "Лев Толстой" is 11 characters and 9
+    # SmolLM2 tokens, so under a one-token-per-character server its last 9 characters ("в
+    # Толстой") were taken for the answer, "" compared with "" and the space with the space.
     request = ContinuationRequest("Вопрос: Кто написал «Войну и мир»?\nОтвет: ", "Лев Толстой")
     rb = client(serve(per_character), tokenizer)
     with pytest.raises(BackendError, match="does not match the served model") as err:
         rb.score_continuations([request])
     assert "Лев Толстой" in str(err.value)
-
-
-@pytest.mark.parametrize("answer", [" Лев Толстой", " Goiás", " 東京 km²", " Gustave Eiffel"])
-def test_a_matching_server_is_trusted_whether_it_prints_split_characters_or_not(
-    serve: Any, tokenizer: Any, answer: str
-) -> None:
-    # SmolLM2 splits "Л", "á", "東" and "京" across byte-level tokens. vLLM prints such a
-    # character whole on its last token; llama-cpp-python prints nothing for each part (both
-    # measured); the local tokenizer prints U+FFFD. All three are the same answer.
-    def split_as(style: str) -> Any:
-        def respond(seen: Seen) -> Answer:
-            ids = tokenizer(seen.body["prompt"], add_special_tokens=False).input_ids
-            pieces = [tokenizer.decode([i]) for i in ids]
-            if style == "nothing":
-                pieces = [p.replace("\ufffd", "") for p in pieces]
-            elif style == "whole":  # incremental decoding, as vLLM does
-                done, pieces = "", []
-                for k in range(len(ids)):
-                    text = tokenizer.decode(ids[:k + 1])
-                    complete = "\ufffd" not in text[len(done):]
-                    pieces.append(text[len(done):] if complete else "")
-                    done = text if complete else done
-            return echo_tokens(pieces, seen.body["prompt"])
-        return respond
-
-    request = ContinuationRequest(REQUEST.prompt, answer)
-    for style in ("replacement", "nothing", "whole"):
-        rb = client(serve(split_as(style)), tokenizer)
-        (score,) = rb.score_continuations([request])
-        assert score.num_tokens == rb.count_tokens(answer), style
-        assert score.logprob_sum == pytest.approx(-0.5 * score.num_tokens), style
 
 
 def odd_echo(**logprobs: Any) -> Answer:
@@ -357,20 +358,20 @@ def test_an_answer_that_trickles_is_cut_at_the_total(serve: Any, tokenizer: Any)
     assert took < 2.5, took
 
 
-@pytest.mark.parametrize("where", ["headers", "body"])
 def test_a_server_that_trickles_its_headers_or_body_is_cut_at_the_deadline(
-    serve: Any, tokenizer: Any, where: str
+    serve: Any, tokenizer: Any
 ) -> None:
     # One byte a second from the status line on (or from the body on): every read returns
     # within the 2 s read timeout, so before one deadline covered connect, headers and body
     # a 3 s request ran for minutes (the issue's: 120 s for a 5 s request).
-    trickle = {"trickle_headers_s" if where == "headers" else "trickle_s": 1.0}
-    server = serve(lambda seen: Answer(body={"choices": [{"text": "Paris"}]}, **trickle))
-    rb = client(server, tokenizer, read_timeout_s=2, timeout_s=3)
-    took, error = elapsed(lambda: rb.generate(["q"], 4))
-    assert isinstance(error, BackendError), error
-    assert "did not complete within the 3 s total" in str(error), error
-    assert took < 3 * 3, took  # a correctness bound (3x the deadline), not a speed goal
+    for trickle in ("trickle_headers_s", "trickle_s"):
+        server = serve(lambda seen, t=trickle: Answer(body={"choices": [{"text": "Paris"}]},
+                                                      **{t: 1.0}))
+        rb = client(server, tokenizer, read_timeout_s=2, timeout_s=3)
+        took, error = elapsed(lambda rb=rb: rb.generate(["q"], 4))
+        assert isinstance(error, BackendError), (trickle, error)
+        assert "did not complete within the 3 s total" in str(error), error
+        assert took < 3 * 3, (trickle, took)  # a correctness bound (3x), not a speed goal
 
 
 NOW = datetime(2025, 1, 1, tzinfo=timezone.utc)
@@ -505,7 +506,7 @@ def score(server: FaultServer, src: Path, out: Path) -> subprocess.CompletedProc
 
 
 @pytest.mark.parametrize(("how", "said"), [
-    ("nan", "token_logprobs[15] is NaN"),
+    ("nan", "is NaN"),
     ("extra value", "entries for"),
     ("huge", "below -1e+06"),
 ])

@@ -210,6 +210,9 @@ def _check_logprob(value: Any, index: int, answer: str, url: str) -> None:
     problem = None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         problem = f"is a {type(value).__name__} ({str(value)[:40]!r}), not a number"
+    elif isinstance(value, int) and not LOGPROB_FLOOR <= value <= 0:
+        # Compared as an integer: one of 400 digits does not convert to a float.
+        problem = f"is the integer {str(value)[:40]}{'…' if len(str(value)) > 40 else ''}"
     elif math.isnan(value):
         problem = "is NaN"
     elif math.isinf(value):
