@@ -374,6 +374,22 @@ def test_a_server_that_trickles_its_headers_or_body_is_cut_at_the_deadline(
         assert took < 3 * 3, (trickle, took)  # a correctness bound (3x), not a speed goal
 
 
+def test_the_tokenizer_check_is_bounded_and_reads_only_lists_of_token_ids(
+    serve: Any, tokenizer: Any
+) -> None:
+    # Before: a tokenize endpoint trickling its headers held the check for minutes per
+    # endpoint; an answer that is not JSON, not an object or not integers was a traceback.
+    server = serve(lambda seen: Answer(body={"tokens": [1]}, trickle_headers_s=1.0))
+    rb = client(server, tokenizer, timeout_s=2, read_timeout_s=2)
+    took, error = elapsed(rb.check_tokenizer)
+    assert isinstance(error, BackendError) and "no tokenize endpoint" in str(error), error
+    assert took < 3 * 2 * 2, took  # two endpoints, each within its 2 s (3x: a bound)
+    for body in ("<html>", [1, 2], {"tokens": ["a"]}, {"tokens": [True]}):
+        server = serve(lambda seen, b=body: Answer(body=b))
+        with pytest.raises(BackendError, match="no tokenize endpoint"):
+            client(server, tokenizer).check_tokenizer()
+
+
 NOW = datetime(2025, 1, 1, tzinfo=timezone.utc)
 
 

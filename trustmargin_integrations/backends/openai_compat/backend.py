@@ -266,10 +266,16 @@ class OpenAICompatBackend(LocalTokenizerMixin):
                            ("/tokenize", {"model": self.model, "prompt": probe,
                                           "add_special_tokens": False})):
             response = self._http.try_post(path, body)
-            if response is not None and response.status_code == 200:
-                tokens = response.json().get("tokens")
-                if isinstance(tokens, list):
-                    return [int(t) for t in tokens] == local
+            if response is None or response.status_code != 200:
+                continue
+            try:
+                answer = response.json()
+            except ValueError:  # not JSON: not this server's tokenize endpoint
+                continue
+            tokens = answer.get("tokens") if isinstance(answer, dict) else None
+            if isinstance(tokens, list) and all(
+                    isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+                return tokens == local
         raise BackendError(f"{self.url} offers no tokenize endpoint to check against")
 
     # -- the arbiter's session --------------------------------------------------------------

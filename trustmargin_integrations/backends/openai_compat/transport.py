@@ -100,10 +100,12 @@ class CompletionsTransport:
         self._client.close()
 
     def try_post(self, path: str, body: Mapping[str, Any]) -> httpx.Response | None:
-        """One POST with the pool's timeouts and no retry; None when it could not be sent
-        or answered (for optional endpoints, which many servers lack)."""
+        """One POST with the pool's timeouts, within ``timeout_s`` in all, and no retry; None
+        when it could not be sent or answered (for optional endpoints, which many servers
+        lack)."""
         try:
-            return self._client.post(path, json=body)
+            with request_deadline(self.waits.timeout_s):
+                return self._client.post(path, json=body)
         except httpx.HTTPError:
             return None
 
