@@ -2,8 +2,9 @@
 
 A request is retried (with tenacity) after a 408/409/425/429/5xx answer, a timeout or a
 dropped connection, pausing as the server's ``Retry-After`` asks or else with exponential
-backoff; every attempt, byte and pause fits the total ``timeout_s``. The body is read against
-that deadline and a size cap, and every failure becomes a
+backoff; every attempt, byte and pause fits the total ``timeout_s``: connect, headers and body
+of each attempt run under that deadline (:mod:`trustmargin_integrations.deadline`), the body
+also against a size cap. A redirect is not an answer. Every failure becomes a
 :class:`~trustmargin_integrations.errors.BackendError` without secrets.
 """
 

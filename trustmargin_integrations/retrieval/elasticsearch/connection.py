@@ -163,7 +163,12 @@ class ElasticsearchSettings:
         """Keyword arguments for ``elasticsearch.Elasticsearch``."""
         assert self.request_timeout is not None and self.timeout_s is not None
         attempts = (self.max_retries or 0) + 1
-        from trustmargin_integrations.retrieval.elasticsearch.node import DeadlineHttpNode
+        try:
+            from trustmargin_integrations.retrieval.elasticsearch.node import DeadlineHttpNode
+        except ImportError as exc:  # elasticsearch or httpx missing
+            raise ElasticsearchRetrievalError(
+                f"the Elasticsearch client cannot be used ({exc}). Fix: pip install "
+                "'trustmargin-integrations[elasticsearch]'") from None
 
         kwargs: dict[str, Any] = {
             "hosts": [self.url],
