@@ -36,13 +36,16 @@ class Seen:
 class Answer:
     """What to send back: a status, headers and a body (a dict is written as JSON with NaN
     and Infinity literals, as Python-based servers do); ``hang`` never answers; ``trickle_s``
-    sends the body one byte at a time with that pause between bytes."""
+    sends the body one byte at a time with that pause between bytes; ``trickle_headers_s``
+    does the same from the status line on (the answer never gets past its headers in time,
+    however short each pause: the slowloris of a server)."""
 
     status: int = 200
     body: bytes | str | dict[str, Any] | list[Any] = b""
     headers: dict[str, str] = field(default_factory=dict)
     hang: bool = False
     trickle_s: float = 0.0
+    trickle_headers_s: float = 0.0
 
     def payload(self) -> bytes:
         if isinstance(self.body, (dict, list)):
@@ -52,18 +55,26 @@ class Answer:
 
 def echo_answer(tokenizer: Any, prompt: str, logprob: Any = -0.5,
                 last: Any = None) -> Answer:
-    """A llama-cpp-python style echo of ``prompt``: its tokens (no BOS) and one generated
-    ``.``, every prompt token at ``logprob`` and the last one (inside the answer) at ``last``
-    when given, whatever it is (NaN, a string, a bool)."""
+    """A llama-cpp-python style echo of ``prompt``: its text and one generated ``.``, its
+    tokens (no BOS), every prompt token at ``logprob`` and the last one (inside the answer)
+    at ``last`` when given, whatever it is (NaN, a string, a bool)."""
     ids = tokenizer(prompt, add_special_tokens=False).input_ids
-    tokens = [tokenizer.decode([i]) for i in ids] + ["."]
-    values: list[Any] = [None] + [logprob] * (len(ids) - 1) + [-1.0]
+    return echo_tokens([tokenizer.decode([i]) for i in ids], prompt, logprob, last)
+
+
+def echo_tokens(tokens: list[str], prompt: str, logprob: Any = -0.5, last: Any = None,
+                prompt_tokens: Any = None) -> Answer:
+    """An echo of ``prompt`` as the given token texts (a tokenizer of the server's own) and
+    one generated ``.``; ``prompt_tokens`` replaces the reported count (default: the
+    number of tokens)."""
+    values: list[Any] = [None] + [logprob] * (len(tokens) - 1) + [-1.0]
     if last is not None:
-        values[len(ids) - 1] = last
-    return Answer(body={"choices": [{"text": "".join(tokens), "index": 0,
-                                     "logprobs": {"tokens": tokens,
+        values[len(tokens) - 1] = last
+    count = len(tokens) if prompt_tokens is None else prompt_tokens
+    return Answer(body={"choices": [{"text": prompt + ".", "index": 0,
+                                     "logprobs": {"tokens": [*tokens, "."],
                                                   "token_logprobs": values}}],
-                        "usage": {"prompt_tokens": len(ids), "completion_tokens": 1}})
+                        "usage": {"prompt_tokens": count, "completion_tokens": 1}})
 
 
 class FaultServer:
@@ -120,17 +131,28 @@ class FaultServer:
             self._stopping.wait(HANG_LIMIT_S)
             return
         payload = answer.payload()
+        headers = {"Content-Type": "application/json", "Content-Length": str(len(payload)),
+                   **answer.headers}
+        if answer.trickle_headers_s:
+            head = "".join([f"HTTP/1.1 {answer.status} X\r\n",
+                            *(f"{k}: {v}\r\n" for k, v in headers.items()), "\r\n"])
+            handler.close_connection = True
+            self._trickle(handler, head.encode("latin-1") + payload, answer.trickle_headers_s)
+            return
         handler.send_response(answer.status)
-        handler.send_header("Content-Type", "application/json")
-        handler.send_header("Content-Length", str(len(payload)))
-        for name, value in answer.headers.items():
+        for name, value in headers.items():
             handler.send_header(name, value)
         handler.end_headers()
         if not answer.trickle_s:
             handler.wfile.write(payload)
             return
-        for byte in payload:
-            if self._stopping.wait(answer.trickle_s):
+        self._trickle(handler, payload, answer.trickle_s)
+
+    def _trickle(self, handler: BaseHTTPRequestHandler, data: bytes, pause_s: float) -> None:
+        """Send ``data`` one byte at a time, ``pause_s`` apart, until done, stopped or the
+        client hangs up."""
+        for byte in data:
+            if self._stopping.wait(pause_s):
                 return
             try:
                 handler.wfile.write(bytes([byte]))

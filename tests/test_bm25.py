@@ -50,7 +50,7 @@ def test_bad_queries_and_corpora(tmp_path: Path) -> None:
     small = BM25Index.build([Passage(id="a", text="Capital of France.")])
     with pytest.raises(InvalidInputError, match=r"queries\[0\]"):
         small.search("  ", 3)
-    with pytest.raises(InvalidInputError, match="k: must be >= 1"):
+    with pytest.raises(InvalidInputError, match="k: must be a positive integer"):
         small.search("France", 0)
     with pytest.raises(InvalidInputError, match="indexable"):
         BM25Index.build([Passage(id="x", text="x")])
@@ -105,3 +105,106 @@ print("ok")
     assert done.stdout.strip() == "ok"
     # Only the application's own import at the end reached the stand-in.
     assert marker.read_text().split() == ["jax"]
+
+
+# -- issue 26: typed errors for bad k, damaged indexes and non-UTF-8 files -------------------
+
+SMALL = [Passage(id="a", title="Paris", text="Paris is the capital of France."),
+         Passage(id="b", title="Berlin", text="Berlin is the capital of Germany."),
+         Passage(id="c", title="Rome", text="Rome is the capital of Italy.")]
+
+
+@pytest.mark.parametrize("k", [None, 1.5, True, "3"])
+def test_a_k_that_is_not_a_positive_integer_is_a_typed_error(k: object) -> None:
+    index = BM25Index.build(SMALL)
+    for search in (lambda: index.search("capital", k),  # type: ignore[arg-type]
+                   lambda: index.search_batch(["capital"], k)):  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError) as err:
+            search()
+        assert err.value.field == "k"
+
+
+def test_a_single_string_is_not_searched_character_by_character() -> None:
+    index = BM25Index.build(SMALL)
+    with pytest.raises(InvalidInputError) as err:
+        index.search_batch("capital of France", 2)  # type: ignore[arg-type]
+    assert err.value.field == "queries"
+    with pytest.raises(InvalidInputError) as err:
+        index.search("\u200b\ufeff", 2)  # invisible: blank
+    assert err.value.field == "queries[0]"
+    assert index.search_batch([], 2) == []
+
+
+def _tamper(directory: Path, how: str) -> None:
+    meta = directory / "trustmargin_passages.json"
+    records = json.loads(meta.read_text())
+    if how == "passages not JSON":
+        meta.write_text("[{broken")
+    elif how == "passages not a list":
+        meta.write_text(json.dumps({"a": records}))
+    elif how == "passage not an object":
+        meta.write_text(json.dumps([*records[:2], "Rome"]))
+    elif how == "passage without text":
+        meta.write_text(json.dumps([*records[:2], {"id": "c", "title": "Rome"}]))
+    elif how == "fewer passages":
+        meta.write_text(json.dumps(records[:2]))
+    elif how == "more passages":
+        meta.write_text(json.dumps([*records, {**records[0], "id": "d"}]))
+    elif how == "passages Latin-1":
+        meta.write_bytes(json.dumps(records, ensure_ascii=False).replace(
+            "Paris", "Pàris").encode("latin-1"))
+    elif how == "matrix file missing":
+        (directory / "data.csc.index.npy").unlink()
+    elif how == "matrix file cut":
+        path = directory / "indices.csc.index.npy"
+        path.write_bytes(path.read_bytes()[:60])
+    elif how == "params not JSON":
+        (directory / "params.index.json").write_text("{")
+    elif how == "document out of range":
+        import numpy as np
+
+        path = directory / "indices.csc.index.npy"
+        indices = np.load(path)
+        indices[0] = 99
+        np.save(path, indices)
+    elif how == "vocabulary cut":
+        vocab = directory / "vocab.index.json"
+        words = json.loads(vocab.read_text())
+        vocab.write_text(json.dumps(dict(list(words.items())[:2])))
+
+
+@pytest.mark.parametrize("how", [
+    "passages not JSON", "passages not a list", "passage not an object", "passage without text",
+    "fewer passages", "more passages", "passages Latin-1", "matrix file missing",
+    "matrix file cut", "params not JSON", "document out of range", "vocabulary cut",
+])
+def test_a_damaged_index_directory_is_a_typed_error_at_load(tmp_path: Path, how: str) -> None:
+    # Before: JSONDecodeError, TypeError, ValidationError, FileNotFoundError or ValueError
+    # tracebacks at load, or an IndexError (or another corpus's passage) at search time.
+    BM25Index.build(SMALL).save(tmp_path / "ix")
+    _tamper(tmp_path / "ix", how)
+    with pytest.raises(InvalidInputError) as err:
+        BM25Index.load(tmp_path / "ix").search("capital of France", 3)
+    assert str(tmp_path / "ix") in str(err.value) and "Fix:" in str(err.value)
+
+
+@pytest.mark.parametrize("suffix", [".json", ".jsonl", ".tsv"])
+def test_a_latin1_corpus_names_the_file_and_says_to_resave_as_utf8(tmp_path: Path,
+                                                                   suffix: str) -> None:
+    from trustmargin_integrations.retrieval.elasticsearch import read_corpus
+
+    records = [{"title": "Goiás", "text": "Goiás is a state of Brazil."}]
+    text = {".json": json.dumps(records, ensure_ascii=False),
+            ".jsonl": json.dumps(records[0], ensure_ascii=False) + "\n",
+            ".tsv": "id\ttext\ttitle\n1\tGoiás is a state of Brazil.\tGoiás\n"}[suffix]
+    path = tmp_path / f"corpus{suffix}"
+    path.write_bytes(text.encode("latin-1"))
+    with pytest.raises(InvalidInputError) as err:
+        list(read_corpus(path))
+    assert err.value.field.startswith(str(path))
+    assert "not UTF-8" in err.value.problem and "re-save the file as UTF-8" in err.value.fix
+    if suffix != ".tsv":
+        with pytest.raises(InvalidInputError, match="line 1"):
+            load_corpus(path)
+        with pytest.raises(InvalidInputError, match="not UTF-8"):
+            BM25Index.from_corpus(path)

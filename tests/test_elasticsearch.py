@@ -414,6 +414,151 @@ def test_a_server_that_never_answers_is_given_up_within_the_total(
         assert len(server.seen) == 3  # every attempt fit the total
 
 
+ES_HEADERS = {"X-Elastic-Product": "Elasticsearch"}
+ONE_HIT = {"took": 1, "timed_out": False,
+           "hits": {"total": {"value": 1, "relation": "eq"},
+                    "hits": [{"_id": "p0", "_score": 1.5, "_source": {"id": "p0", "text": "t"}}]}}
+
+
+@pytest.mark.parametrize("where", ["headers", "body"])
+def test_a_server_that_trickles_its_headers_or_body_is_given_up_near_the_total(
+    no_es_env: None, where: str
+) -> None:
+    from fault_server import Answer, FaultServer, elapsed, scripted
+
+    # A byte every 0.5 s: each read returns inside the 1 s per-attempt limit, so the urllib3
+    # node read on for minutes per attempt (60-120 s per call at timeout_s=6 in the issue).
+    trickle = Answer(body=ONE_HIT, headers=ES_HEADERS,
+                     **{"trickle_headers_s" if where == "headers" else "trickle_s": 0.5})
+    with FaultServer(scripted([Answer(body=ONE_HIT, headers=ES_HEADERS)], then=trickle)
+                     ) as server:
+        es = ElasticsearchRetriever.connect(server.url, index="films", timeout_s=3)
+        # First a prompt answer: the client's own headers, product check and parsing work
+        # through the deadline node.
+        hits = es.search("who directed Alien?", 3)
+        assert [(h.id, h.text, h.score) for h in hits] == [("p0", "t", 1.5)]
+        assert server.seen[0].path.startswith("/films/_search")
+        assert server.seen[0].body["size"] == 3
+        took, error = elapsed(lambda: es.search("who directed Alien?", 3))
+        attempts = len(server.seen) - 1
+    assert isinstance(error, ElasticsearchRetrievalError), error
+    assert "ConnectionTimeout" in str(error) and "Fix:" in str(error)
+    assert took < 3 * 3, took  # a correctness bound (3x the total), not a speed goal
+    assert attempts == 3  # each of the three attempts got its share of the total
+
+
+def es_answer(body: object, status: int = 200) -> object:
+    from fault_server import Answer
+
+    return Answer(status, body, ES_HEADERS)  # type: ignore[arg-type]
+
+
+HIT = {"_id": "p0", "_score": 1.5, "_source": {"id": "p0", "text": "t"}}
+
+
+def hits(*items: object) -> dict[str, object]:
+    return {"took": 1, "hits": {"hits": list(items)}}
+
+
+@pytest.mark.parametrize(("body", "match"), [
+    ({}, "without a hits list"),
+    ([1, 2], "without a hits list"),
+    ({"hits": []}, "without a hits list"),
+    ({"hits": {"hits": {"0": HIT}}}, "without a hits list"),
+    (hits(1), "a hit is a int"),
+    (hits([HIT]), "a hit is a list"),
+    (hits({**HIT, "_source": ["t"]}), "_source that is a list"),
+    (hits({**HIT, "_source": {"text": "t", "metadata": ["a"]}}), "metadata that is a list"),
+    (hits({**HIT, "_source": {"text": "t", "title": 5}}), "title that is a int"),
+    (hits({**HIT, "_source": {"text": "t", "id": {"x": 1}}}), "id that is a dict"),
+    (hits({**HIT, "_score": 1.0}, {**HIT, "_score": 2.0}), "out of score order"),
+    (hits(HIT, HIT, HIT, HIT), "4 hits for k=3"),
+])
+def test_a_malformed_search_answer_is_a_typed_error(no_es_env: None, body: object,
+                                                    match: str) -> None:
+    from fault_server import FaultServer
+
+    # Before: KeyError, TypeError or AttributeError tracebacks, or extra hits accepted.
+    with FaultServer(lambda seen: es_answer(body)) as server:
+        es = ElasticsearchRetriever.connect(server.url, index="films", max_retries=0)
+        with pytest.raises(ElasticsearchRetrievalError, match=match) as err:
+            es.search("who directed Alien?", 3)
+    assert "Fix:" in str(err.value)
+
+
+@pytest.mark.parametrize(("body", "match"), [
+    ({}, "without a responses list"),
+    ({"responses": "none"}, "without a responses list"),
+    ({"responses": []}, "0 responses to 2 queries"),
+    ({"responses": [ONE_HIT]}, "1 responses to 2 queries"),
+    ({"responses": [ONE_HIT, ONE_HIT, ONE_HIT]}, "3 responses to 2 queries"),
+    ({"responses": [ONE_HIT, 7]}, "response 1 of the multi-search is a int"),
+    ({"responses": [ONE_HIT, hits(1)]}, "a hit is a int"),
+    ({"responses": [ONE_HIT, {"took": 1}]}, "query 1 of the multi-search answered without"),
+])
+def test_a_malformed_multi_search_answer_is_a_typed_error(no_es_env: None, body: object,
+                                                          match: str) -> None:
+    from fault_server import FaultServer
+
+    # Before: tracebacks, and too few responses silently dropped the other queries' hits.
+    with FaultServer(lambda seen: es_answer(body)) as server:
+        es = ElasticsearchRetriever.connect(server.url, index="films", max_retries=0)
+        with pytest.raises(ElasticsearchRetrievalError, match=match) as err:
+            es.search_batch(["who directed Alien?", "where is Paris?"], 3)
+    assert "Fix:" in str(err.value)
+
+
+def test_a_server_that_ignores_the_size_is_refused_not_read_for_100k_passages(
+    no_es_env: None
+) -> None:
+    from fault_server import FaultServer
+
+    many = hits(*({"_id": str(i), "_score": 1.0, "_source": {"text": "t"}}
+                  for i in range(100_000)))
+    with FaultServer(lambda seen: es_answer(
+            {"responses": [many]} if seen.path.endswith("_msearch") else many)) as server:
+        es = ElasticsearchRetriever.connect(server.url, index="films", max_retries=0)
+        with pytest.raises(ElasticsearchRetrievalError, match="100,000 hits for k=3"):
+            es.search("who directed Alien?", 3)
+        with pytest.raises(ElasticsearchRetrievalError, match="100,000 hits for k=3"):
+            es.search_batch(["who directed Alien?"], 3)
+
+
+def test_a_redirect_is_named_as_one(no_es_env: None) -> None:
+    from fault_server import Answer, FaultServer
+
+    with FaultServer(lambda seen: Answer(302, ONE_HIT, {**ES_HEADERS, "Location":
+                                                        "https://127.0.0.1:9/"})) as server:
+        es = ElasticsearchRetriever.connect(server.url, index="films", max_retries=0)
+        with pytest.raises(ElasticsearchRetrievalError, match=r"redirect \(HTTP 302\)"):
+            es.search("who directed Alien?", 3)
+
+
+@pytest.mark.parametrize(("kwargs", "env", "field"), [
+    ({"username": "elastic", "password": "пароль-7"}, {}, "password"),
+    ({"username": "üser", "password": "pw-7c1e"}, {}, "username"),
+    ({"api_key": "ключ-api-7"}, {}, "api_key"),
+    ({"api_key": "key\r\nX-Injected: 1"}, {}, "api_key"),
+    ({}, {"TRUSTMARGIN_ES_USER": "elastic", "TRUSTMARGIN_ES_PASSWORD": "пароль-7"},
+     "TRUSTMARGIN_ES_PASSWORD"),
+    ({}, {"TRUSTMARGIN_ES_API_KEY": "ключ-api-7"}, "TRUSTMARGIN_ES_API_KEY"),
+    ({"url": "http://elastic:пароль-7@127.0.0.1:9200"}, {}, "url"),
+])
+def test_credentials_no_header_can_carry_are_typed_errors(
+    no_es_env: None, monkeypatch: pytest.MonkeyPatch, kwargs: dict[str, str],
+    env: dict[str, str], field: str
+) -> None:
+    # Before: accepted, then a UnicodeEncodeError traceback from the client's first request.
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    url = kwargs.pop("url", "http://127.0.0.1:9200")
+    with pytest.raises(InvalidInputError) as err:
+        ElasticsearchRetriever.connect(url, index="films", **kwargs)
+    assert err.value.field == field
+    for secret in ("пароль-7", "ключ-api-7", "X-Injected"):
+        assert secret not in str(err.value)
+
+
 def test_wait_settings_default_and_refuse_nonsense(no_es_env: None,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     settings = ElasticsearchSettings("http://127.0.0.1:9200")

@@ -29,7 +29,15 @@ from typing import Any
 import pytest
 
 # The test server lives beside the tests (tests/fault_server.py), not in the library.
-from fault_server import Answer, FaultServer, Seen, echo_answer, elapsed, scripted
+from fault_server import (
+    Answer,
+    FaultServer,
+    Seen,
+    echo_answer,
+    echo_tokens,
+    elapsed,
+    scripted,
+)
 
 from trustmargin_integrations.backends.base import ContinuationRequest
 from trustmargin_integrations.backends.openai_compat import OpenAICompatBackend, load_tokenizer
@@ -106,6 +114,112 @@ def test_log_probabilities_at_zero_within_rounding_are_numbers(serve: Any, token
         client(server, tokenizer).score_continuations([REQUEST])
 
 
+# -- the alignment is verified, not assumed (issue 26, item 3) ---------------------------------
+
+
+def lie(tokenizer: Any, how: str) -> Any:
+    """A ``respond`` echoing every prompt with one lie ``how``; each was scored before."""
+
+    def respond(seen: Seen) -> Answer:
+        prompt = seen.body["prompt"]
+        if how == "rewritten":  # the context rewritten, as many tokens as before
+            prompt = prompt.replace("tower", "bridge")
+        if how == "truncated":  # the context cut, the echoed text still the one sent
+            answer = echo_answer(tokenizer, prompt)
+            answer.body["usage"]["prompt_tokens"] -= 7  # type: ignore[index]
+            return answer
+        answer = echo_answer(tokenizer, prompt)
+        logprobs = answer.body["choices"][0]["logprobs"]  # type: ignore[index]
+        if how == "no tokens":
+            del logprobs["tokens"]
+        elif how == "extra value":  # one more number than tokens: the tail shifts by one
+            logprobs["token_logprobs"].insert(-3, -0.01)
+        elif how == "tokens not text":
+            logprobs["tokens"][-2] = 7
+        elif how == "count not a number":
+            answer.body["usage"]["prompt_tokens"] = "55"  # type: ignore[index]
+        elif how == "huge":  # finite numbers whose sum is -inf
+            logprobs["token_logprobs"][-3:-1] = [-1e308, -1e308]
+        elif how == "nan":
+            logprobs["token_logprobs"][-2] = math.nan
+        return answer
+
+    return respond
+
+
+@pytest.mark.parametrize(("how", "match"), [
+    ("no tokens", "logprobs.tokens is missing"),
+    ("extra value", r"entries for \d+ log-probabilities"),
+    ("tokens not text", r"tokens\[\d+\] is a int"),
+    ("rewritten", "echoed a prompt other than the one sent"),
+    ("truncated", r"usage.prompt_tokens is \d+, but the text sent is \d+ tokens"),
+    ("count not a number", "not a token count"),
+    ("huge", r"is -1e\+308, below"),
+])
+def test_a_server_that_lies_about_the_alignment_is_a_typed_error(
+    serve: Any, tokenizer: Any, how: str, match: str
+) -> None:
+    server = serve(lie(tokenizer, how))
+    rb = client(server, tokenizer)
+    with pytest.raises(BackendError, match=match) as err:
+        rb.score_continuations([REQUEST])
+    assert "Fix:" in str(err.value)
+    assert len(server.seen) == 1  # a lie is not retried: it would come again
+
+
+def per_character(seen: Seen) -> Answer:
+    """A server whose tokenizer is not the client's: one token per character."""
+    prompt = seen.body["prompt"]
+    answer = echo_tokens(list(prompt), prompt)
+    del answer.body["usage"]["prompt_tokens"]  # type: ignore[index]  # (it may not say)
+    return answer
+
+
+def split_as(tokenizer: Any, style: str) -> Any:
+    """A server with the client's tokenizer that prints a character split across tokens
+    as U+FFFD in each part ("replacement", as the local tokenizer does), as nothing
+    ("nothing": llama-cpp-python, measured) or whole on its last token ("whole":
+    vLLM's incremental decoding)."""
+
+    def respond(seen: Seen) -> Answer:
+        ids = tokenizer(seen.body["prompt"], add_special_tokens=False).input_ids
+        pieces = [tokenizer.decode([i]) for i in ids]
+        if style == "nothing":
+            pieces = [p.replace("\ufffd", "") for p in pieces]
+        elif style == "whole":
+            done, pieces = "", []
+            for k in range(len(ids)):
+                text = tokenizer.decode(ids[:k + 1])
+                complete = "\ufffd" not in text[len(done):]
+                pieces.append(text[len(done):] if complete else "")
+                done = text if complete else done
+        return echo_tokens(pieces, seen.body["prompt"])
+
+    return respond
+
+
+def test_every_character_is_compared_split_or_not_and_another_tokenizer_is_refused(
+    serve: Any, tokenizer: Any
+) -> None:
+    # SmolLM2 splits "Л", "Т", "á", "東" and "京" across byte-level tokens. However a
+    # matching server prints those, the answer is accepted.
+    for answer in (" Лев Толстой", " Goiás", " 東京 km²", " Gustave Eiffel"):
+        request = ContinuationRequest(REQUEST.prompt, answer)
+        for style in ("replacement", "nothing", "whole"):
+            rb = client(serve(split_as(tokenizer, style)), tokenizer)
+            (score,) = rb.score_continuations([request])
+            assert score.num_tokens == rb.count_tokens(answer), (answer, style)
+            assert score.logprob_sum == pytest.approx(-0.5 * score.num_tokens), (answer, style)
+    # The old check compared ASCII characters only: "Лев Толстой" is 11 characters and 9
+    # SmolLM2 tokens, so under a one-token-per-character server its last 9 characters ("в
+    # Толстой") were taken for the answer, "" compared with "" and the space with the space.
+    request = ContinuationRequest("Вопрос: Кто написал «Войну и мир»?\nОтвет: ", "Лев Толстой")
+    rb = client(serve(per_character), tokenizer)
+    with pytest.raises(BackendError, match="does not match the served model") as err:
+        rb.score_continuations([request])
+    assert "Лев Толстой" in str(err.value)
+
+
 def odd_echo(**logprobs: Any) -> Answer:
     return Answer(body={"choices": [{"text": "x", "logprobs": logprobs}],
                         "usage": {"completion_tokens": True}})
@@ -130,6 +244,45 @@ def test_a_malformed_answer_is_a_typed_error(serve: Any, tokenizer: Any, answer:
     server = serve(lambda seen: answer)
     with pytest.raises(BackendError, match=match):
         client(server, tokenizer).score_continuations([REQUEST])
+
+
+@pytest.mark.parametrize("text", [7, 1.5, True, ["Paris"], {"answer": "Paris"}])
+def test_a_generation_that_is_not_text_is_a_typed_error(serve: Any, tokenizer: Any,
+                                                        text: Any) -> None:
+    server = serve(lambda seen: Answer(body={"choices": [{"text": text}]}))
+    with pytest.raises(BackendError, match=r"choices\[0\]\.text is a .*, not text") as err:
+        client(server, tokenizer).generate(["q"], 4)
+    assert "Fix:" in str(err.value)
+
+
+def test_a_redirect_with_a_json_body_is_an_error_not_an_answer(serve: Any,
+                                                               tokenizer: Any) -> None:
+    # httpx does not follow redirects; before, the redirect's own JSON body was the answer.
+    from urllib.parse import quote
+
+    where = f"https://admin:{quote(PASSWORD, safe='')}@elsewhere:8443/v1/completions?key=k"
+    server = serve(lambda seen: Answer(302, {"choices": [{"text": "Paris"}]},
+                                       {"Location": where}))
+    with pytest.raises(BackendError, match="HTTP 302, a redirect to "
+                       "'https://elsewhere:8443/v1/completions'") as err:
+        client(server, tokenizer).generate(["q"], 4)
+    assert "admin" not in str(err.value) and "Fix:" in str(err.value)
+    assert len(server.seen) == 1
+
+
+@pytest.mark.parametrize("key", ["sk-ключ-7", "sk-\u00e9t\u00e9", "sk-line\nbreak", "sk-\x7f"])
+@pytest.mark.parametrize("from_env", [False, True])
+def test_an_api_key_no_header_can_carry_is_a_typed_error_naming_its_source(
+    tokenizer: Any, monkeypatch: pytest.MonkeyPatch, key: str, from_env: bool
+) -> None:
+    # Before: a UnicodeEncodeError traceback from inside httpx (or a split header).
+    if from_env:
+        monkeypatch.setenv("TRUSTMARGIN_REMOTE_API_KEY", key)
+    with pytest.raises(InvalidInputError) as err:
+        OpenAICompatBackend("http://127.0.0.1:1", "m", tokenizer,
+                            **({} if from_env else {"api_key": key}))
+    assert err.value.field == ("TRUSTMARGIN_REMOTE_API_KEY" if from_env else "api_key")
+    assert key not in str(err.value) and "Fix:" in str(err.value)
 
 
 # -- 4: bounded waits ----------------------------------------------------------------------------
@@ -203,6 +356,38 @@ def test_an_answer_that_trickles_is_cut_at_the_total(serve: Any, tokenizer: Any)
     took, error = elapsed(lambda: rb.generate(["q"], 4))
     assert isinstance(error, BackendError) and "did not complete" in str(error), error
     assert took < 2.5, took
+
+
+def test_a_server_that_trickles_its_headers_or_body_is_cut_at_the_deadline(
+    serve: Any, tokenizer: Any
+) -> None:
+    # One byte a second from the status line on (or from the body on): every read returns
+    # within the 2 s read timeout, so before one deadline covered connect, headers and body
+    # a 3 s request ran for minutes (the issue's: 120 s for a 5 s request).
+    for trickle in ("trickle_headers_s", "trickle_s"):
+        server = serve(lambda seen, t=trickle: Answer(body={"choices": [{"text": "Paris"}]},
+                                                      **{t: 1.0}))
+        rb = client(server, tokenizer, read_timeout_s=2, timeout_s=3)
+        took, error = elapsed(lambda rb=rb: rb.generate(["q"], 4))
+        assert isinstance(error, BackendError), (trickle, error)
+        assert "did not complete within the 3 s total" in str(error), error
+        assert took < 3 * 3, (trickle, took)  # a correctness bound (3x), not a speed goal
+
+
+def test_the_tokenizer_check_is_bounded_and_reads_only_lists_of_token_ids(
+    serve: Any, tokenizer: Any
+) -> None:
+    # Before: a tokenize endpoint trickling its headers held the check for minutes per
+    # endpoint; an answer that is not JSON, not an object or not integers was a traceback.
+    server = serve(lambda seen: Answer(body={"tokens": [1]}, trickle_headers_s=1.0))
+    rb = client(server, tokenizer, timeout_s=2, read_timeout_s=2)
+    took, error = elapsed(rb.check_tokenizer)
+    assert isinstance(error, BackendError) and "no tokenize endpoint" in str(error), error
+    assert took < 3 * 2 * 2, took  # two endpoints, each within its 2 s (3x: a bound)
+    for body in ("<html>", [1, 2], {"tokens": ["a"]}, {"tokens": [True]}):
+        server = serve(lambda seen, b=body: Answer(body=b))
+        with pytest.raises(BackendError, match="no tokenize endpoint"):
+            client(server, tokenizer).check_tokenizer()
 
 
 NOW = datetime(2025, 1, 1, tzinfo=timezone.utc)
@@ -336,24 +521,35 @@ def score(server: FaultServer, src: Path, out: Path) -> subprocess.CompletedProc
         capture_output=True, text=True, env=env, timeout=300, check=False)
 
 
-def test_score_against_a_nan_server_fails_typed_caches_nothing_and_recovers(
-    serve: Any, tokenizer: Any, tmp_path: Path
+@pytest.mark.parametrize(("how", "said"), [
+    ("nan", "is NaN"),
+    ("extra value", "entries for"),
+    ("huge", "below -1e+06"),
+])
+def test_score_against_a_lying_server_fails_typed_caches_nothing_and_recovers(
+    serve: Any, tokenizer: Any, tmp_path: Path, how: str, said: str
 ) -> None:
+    # Before: "extra value" gave a wrong margin that was cached and reused after the server
+    # was fixed; "huge" (finite numbers summing to -inf) a pydantic traceback and exit 1.
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
-    # One server (the cache key holds its URL): broken on "Lyon" first, then fixed.
     broken = {"now": True}
-    server = serve(lambda seen: echo_answer(
-        tokenizer, seen.body["prompt"],
-        last=math.nan if broken["now"] and seen.body["prompt"].endswith("Lyon") else None))
+    liar = lie(tokenizer, how)
+
+    def respond(seen: Seen) -> Answer:
+        if broken["now"] and seen.body["prompt"].endswith("Lyon"):
+            return liar(seen)
+        return echo_answer(tokenizer, seen.body["prompt"])
+
+    server = serve(respond)
     failed = score(server, src, out)
     assert failed.returncode == 2, failed.stderr
-    assert "Traceback" not in failed.stderr
-    assert "token_logprobs[" in failed.stderr and "is NaN" in failed.stderr
-    assert "Fix:" in failed.stderr and not out.exists()
+    assert "Traceback" not in failed.stderr and "Fix:" in failed.stderr, failed.stderr
+    assert said in failed.stderr, failed.stderr
+    assert not out.exists()
     cached = [json.loads(line)["value"] for line in (tmp_path / "out.jsonl.cache")
               .read_text().splitlines() if line.strip()]
-    assert [d["id"] for d in cached] == ["tower"]  # the NaN record has no decision
+    assert [d["id"] for d in cached] == ["tower"]  # the lied-about record has no decision
 
     broken["now"] = False
     rerun = score(server, src, out)

@@ -167,11 +167,13 @@ def test_unreachable_server_fails_after_bounded_retries(backend: Any) -> None:
 # -- HTTP behaviour (faked transport: 429/503/timeouts cannot be provoked on a real server) ---
 
 
-def echo_body(tokens: list[str], logprobs: list[float | None], generated: int = 1
-              ) -> dict[str, Any]:
-    return {"choices": [{"text": "".join(tokens), "index": 0,
+def echo_body(tokens: list[str], logprobs: list[float | None], generated: int = 1,
+              text: str | None = None, prompt_tokens: int | None = None) -> dict[str, Any]:
+    """An echo response; ``text`` (default: the tokens joined) is what the server echoes."""
+    return {"choices": [{"text": "".join(tokens) if text is None else text, "index": 0,
                          "logprobs": {"tokens": tokens, "token_logprobs": logprobs}}],
-            "usage": {"prompt_tokens": len(tokens) - generated, "completion_tokens": generated}}
+            "usage": {"prompt_tokens": len(tokens) - generated if prompt_tokens is None
+                      else prompt_tokens, "completion_tokens": generated}}
 
 
 def fake_backend(backend: Any, handler: Callable[[httpx.Request], httpx.Response],
@@ -225,28 +227,38 @@ def test_echo_without_logprobs_is_a_clear_error(backend: Any) -> None:
 
 def test_answer_is_aligned_from_the_end_of_the_echo(backend: Any) -> None:
     rb = fake_backend(backend, lambda request: httpx.Response(500))
+    request = ContinuationRequest("Who?", "Ridley Scott")
     n = rb.count_tokens("Ridley Scott")
     answer_tokens = [backend.tokenizer.decode([t]) for t in
                      backend.tokenizer("Ridley Scott", add_special_tokens=False).input_ids]
     answer_lp = [-1.0 / 2**i for i in range(n)]
-    # vLLM style: BOS echoed with a null log-probability, one generated token at the end.
+    sent = rb.count_tokens("Who?Ridley Scott")
+    # vLLM style: BOS echoed with a null log-probability (and counted), one generated token
+    # at the end; the echoed text is the prompt as sent and the generation.
     vllm = echo_body(["<s>", "Who", "?", *answer_tokens, "."],
-                     [None, -3.0, -2.0, *answer_lp, -9.0])
+                     [None, -3.0, -2.0, *answer_lp, -9.0], text="Who?Ridley Scott.",
+                     prompt_tokens=sent + 1)
     # llama-cpp-python style: no BOS; a different number of leading prompt tokens.
-    llama = echo_body(["?", *answer_tokens, "!"], [None, *answer_lp, -7.0])
+    llama = echo_body(["?", *answer_tokens, "!"], [None, *answer_lp, -7.0],
+                      text="Who?Ridley Scott!", prompt_tokens=sent)
     for body in (vllm, llama):
-        assert rb.answer_logprob(body, "Ridley Scott", n) == pytest.approx(sum(answer_lp))
+        assert rb.answer_logprob(body, request) == pytest.approx(sum(answer_lp))
     # The generated token count comes from usage; an EOS-only completion generates none.
-    no_gen = echo_body(["Who", *answer_tokens], [None, *answer_lp], generated=0)
-    assert rb.answer_logprob(no_gen, "Ridley Scott", n) == pytest.approx(sum(answer_lp))
+    no_gen = echo_body(["Who", *answer_tokens], [None, *answer_lp], generated=0,
+                       text="Who?Ridley Scott", prompt_tokens=sent)
+    assert rb.answer_logprob(no_gen, request) == pytest.approx(sum(answer_lp))
+    other = [backend.tokenizer.decode([t]) for t in
+             backend.tokenizer("Tony Scott", add_special_tokens=False).input_ids]
     with pytest.raises(BackendError, match="does not match the served model"):
-        rb.answer_logprob(vllm, "Tony Scott", n)
+        rb.answer_logprob(echo_body(["Who", "?", *other, "."],
+                                    [None, -2.0, *([-0.5] * len(other)), -9.0],
+                                    text="Who?Ridley Scott.", prompt_tokens=sent), request)
     with pytest.raises(BackendError, match="null log-probabilities"):
-        rb.answer_logprob(echo_body(["?", *answer_tokens, "."], [None, *([None] * n), -1.0]),
-                          "Ridley Scott", n)
+        rb.answer_logprob(echo_body(["?", *answer_tokens, "."], [None, *([None] * n), -1.0],
+                                    text="Who?Ridley Scott.", prompt_tokens=sent), request)
     with pytest.raises(BackendError, match="too few"):
         rb.answer_logprob(echo_body([*answer_tokens, "."], [None, *answer_lp[1:], -1.0]),
-                          "Ridley Scott", n)
+                          request)
 
 
 def test_in_flight_requests_are_bounded(backend: Any) -> None:

@@ -49,6 +49,7 @@ from trustmargin_integrations.errors import TrustMarginError
 from trustmargin_integrations.langchain import TrustMarginRouter
 from trustmargin_integrations.schema import ArbitrationInput, Decision, Passage
 from trustmargin_integrations.score_file import ScoreRecord, key_settings, read_records
+from trustmargin_integrations.validation import is_blank_text
 
 SCALE = int(os.environ.get("TRUSTMARGIN_FUZZ_EXAMPLES", "1"))
 HANG_S = 60.0
@@ -81,6 +82,13 @@ def assert_valid(decision: Any) -> None:
     text = decision.model_dump_json()
     again = Decision.model_validate_json(text)
     assert again.model_dump_json() == text
+    # A candidate without a visible character (zero-width, BOM, NBSP...) is blank: never
+    # scored, never chosen.
+    for side in ("direct", "rag"):
+        if is_blank_text(getattr(decision, f"{side}_answer")):
+            assert getattr(decision, f"{side}_likelihoods") is None, side
+    if decision.source == "rag":
+        assert not is_blank_text(decision.rag_answer)
 
 
 # -- strategies --------------------------------------------------------------------------------
@@ -348,6 +356,128 @@ def test_router_batch_returns_decisions_or_project_errors(router: TrustMarginRou
             assert isinstance(result, TrustMarginError), repr(result)
         else:
             assert_valid(result)
+
+
+# -- (d) what servers answer: echoed log-probabilities and Elasticsearch hits ------------------
+# The server is the adversary here: its answer is drawn, the client's parsing and checks run
+# for real (the OpenAI-compatible backend's with the real SmolLM2 tokenizer).
+
+ECHO_PROMPT, ECHO_ANSWER = "Question: Who designed the tower?\nAnswer:", " Gustave Eiffel"
+
+
+@pytest.fixture(scope="module")
+def remote(backend: Any) -> Any:
+    from trustmargin_integrations.backends.openai_compat import OpenAICompatBackend
+
+    # Nothing is sent: answer_logprob reads a response the test hands it.
+    return OpenAICompatBackend("http://127.0.0.1:9", "m", backend.tokenizer)
+
+
+def honest_echo(tokenizer: Any) -> dict[str, Any]:
+    ids = tokenizer(ECHO_PROMPT + ECHO_ANSWER, add_special_tokens=False).input_ids
+    tokens = [tokenizer.decode([i]) for i in ids] + ["."]
+    return {"choices": [{"text": ECHO_PROMPT + ECHO_ANSWER + ".", "logprobs": {
+        "tokens": tokens, "token_logprobs": [None] + [-0.5] * (len(ids) - 1) + [-1.0]}}],
+        "usage": {"prompt_tokens": len(ids), "completion_tokens": 1}}
+
+
+PATHS = [("choices",), ("choices", 0), ("choices", 0, "text"), ("choices", 0, "logprobs"),
+         ("choices", 0, "logprobs", "tokens"), ("choices", 0, "logprobs", "token_logprobs"),
+         ("usage",), ("usage", "prompt_tokens"), ("usage", "completion_tokens")]
+numbers = st.one_of(st.floats(), st.integers(-10**400, 10), st.sampled_from(
+    [-1e308, -1e6, -1e-300, 0.0, 1e-4, 0.01]))
+mutations = st.one_of(
+    st.tuples(st.just("set"), st.sampled_from(PATHS), st.one_of(json_values, numbers)),
+    st.tuples(st.just("delete"), st.sampled_from(PATHS), st.none()),
+    st.tuples(st.just("insert"), st.sampled_from(PATHS[4:6]), st.one_of(numbers, texts)),
+    st.tuples(st.just("pop"), st.sampled_from(PATHS[4:6]), st.integers(-20, 20)),
+    st.tuples(st.just("number"), st.integers(-8, -2), numbers),
+    st.tuples(st.just("token"), st.integers(-8, -2), st.one_of(texts, json_values)),
+)
+
+
+def mutate(body: dict[str, Any], how: tuple[str, Any, Any]) -> None:
+    kind, where, value = how
+    if kind in ("number", "token"):
+        key = "token_logprobs" if kind == "number" else "tokens"
+        body["choices"][0]["logprobs"][key][where] = value
+        return
+    *parents, last = where
+    node: Any = body
+    for key in parents:
+        node = node[key]
+    if kind == "set":
+        node[last] = value
+    elif kind == "delete":
+        del node[last]
+    elif kind == "insert":
+        node[last].insert(len(node[last]) - 2, value)
+    elif node[last] and -len(node[last]) <= value < len(node[last]):
+        node[last].pop(value)
+
+
+@budget(300)
+@given(changes=st.lists(mutations, max_size=3))
+def test_an_echo_of_any_shape_is_a_checked_number_or_a_backend_error(
+    remote: Any, backend: Any, changes: list[tuple[str, Any, Any]]
+) -> None:
+    from trustmargin_integrations.backends.base import ContinuationRequest
+    from trustmargin_integrations.backends.openai_compat.logprobs import (
+        LOGPROB_FLOOR,
+        LOGPROB_TOLERANCE,
+    )
+    from trustmargin_integrations.errors import BackendError
+
+    body = honest_echo(backend.tokenizer)
+    for change in changes:
+        try:
+            mutate(body, change)
+        except (KeyError, IndexError, TypeError, AttributeError):
+            break  # an earlier change removed what this one edits: the body is as it is
+    n = remote.count_tokens(ECHO_ANSWER)
+    result = outcome(lambda: remote.answer_logprob(body, ContinuationRequest(ECHO_PROMPT,
+                                                                             ECHO_ANSWER)))
+    if isinstance(result, TrustMarginError):
+        assert isinstance(result, BackendError), repr(result)
+        return
+    assert isinstance(result, float) and n * LOGPROB_FLOOR <= result <= n * LOGPROB_TOLERANCE
+    if not changes:
+        assert result == pytest.approx(-0.5 * n)  # the honest echo is read exactly
+
+
+hit_dicts = st.fixed_dictionaries(
+    {}, optional={"_id": json_values, "_score": st.one_of(numbers, json_values),
+                  "_source": st.one_of(json_values, st.fixed_dictionaries(
+                      {"text": st.one_of(short, json_values)},
+                      optional={"id": json_values, "title": st.one_of(short, json_values),
+                                "metadata": json_values}))})
+search_answers = st.one_of(
+    json_values,
+    st.fixed_dictionaries({"hits": st.one_of(json_values, st.fixed_dictionaries(
+        {"hits": st.one_of(json_values, st.lists(st.one_of(hit_dicts, json_values),
+                                                  max_size=5))}))}))
+
+
+@budget(300)
+@given(answer=search_answers, k=st.integers(1, 4))
+def test_an_elasticsearch_answer_of_any_shape_is_passages_or_a_typed_error(answer: Any,
+                                                                           k: int) -> None:
+    from trustmargin_integrations.retrieval.elasticsearch import ElasticsearchRetrievalError
+    from trustmargin_integrations.retrieval.elasticsearch.queries import (
+        hits_to_passages,
+        msearch_answers,
+    )
+
+    result = outcome(lambda: hits_to_passages(answer, k, "the search"))
+    if isinstance(result, TrustMarginError):
+        assert isinstance(result, ElasticsearchRetrievalError), repr(result)
+    else:
+        assert len(result) <= k and all(isinstance(p, Passage) for p in result)
+        scores = [p.score for p in result]
+        if None not in scores:
+            assert scores == sorted(scores, reverse=True)  # type: ignore[type-var]
+    batch = outcome(lambda: msearch_answers({"responses": [answer, answer]}, 2))
+    assert isinstance(batch, list) == isinstance(answer, dict)
 
 
 def test_the_strategies_reach_every_outcome(cheap: TrustMargin) -> None:

@@ -72,6 +72,7 @@ import pytest
 
 # Shared instrumentation beside the tests (tests/reliability_support.py).
 from cli_support import run_main
+from fault_server import echo_answer
 from pydantic import ValidationError
 from reliability_support import WindowGuard, time_limit
 from typer.testing import CliRunner
@@ -84,7 +85,7 @@ from trustmargin_integrations import (
     TrustMargin,
     TrustMarginConfig,
 )
-from trustmargin_integrations.backends.openai_compat import OpenAICompatBackend
+from trustmargin_integrations.backends.openai_compat import OpenAICompatBackend, load_tokenizer
 from trustmargin_integrations.cli import app
 from trustmargin_integrations.demo import demo_corpus
 from trustmargin_integrations.errors import TrustMarginError
@@ -359,11 +360,13 @@ USER, SECRET = "reader", "hunter2-Zq9x"
 
 class _Completions(BaseHTTPRequestHandler):
     """A minimal OpenAI-compatible /v1/completions endpoint on 127.0.0.1: echo requests get
-    one log-probability per token (-0.5), generation requests get "Paris". A prompt ending in
+    an honest echo (the prompt, its SmolLM2 tokens, one log-probability per token at -0.5:
+    the client verifies all of it), generation requests get "Paris". A prompt ending in
     "FAIL" gets HTTP 400 with a body that quotes the password, as some servers quote
     credentials back."""
 
     seen: ClassVar[list[str | None]] = []
+    tokenizer: ClassVar[Any] = None
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -372,8 +375,7 @@ class _Completions(BaseHTTPRequestHandler):
         if str(body.get("prompt", "")).endswith("FAIL"):
             status, answer = 400, {"error": f"bad password {SECRET} for user {USER}"}
         elif body.get("echo"):
-            answer = {"choices": [{"text": "", "logprobs": {
-                "token_logprobs": [None] + [-0.5] * 4096}}], "usage": {"completion_tokens": 1}}
+            answer = echo_answer(type(self).tokenizer, body["prompt"]).body  # type: ignore[assignment]
         data = json.dumps(answer).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -389,6 +391,7 @@ class _Completions(BaseHTTPRequestHandler):
 def server() -> Iterator[str]:
     """A real HTTP server on 127.0.0.1 (an ephemeral port), stopped after the test."""
     _Completions.seen = []
+    _Completions.tokenizer = _Completions.tokenizer or load_tokenizer("smollm2-135m")
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Completions)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()

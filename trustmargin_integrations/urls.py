@@ -16,6 +16,8 @@ from base64 import b64encode
 from collections.abc import Iterable
 from urllib.parse import quote, unquote
 
+from trustmargin_integrations.errors import InvalidInputError
+
 # "//" up to the last "@" of the same token: also a password holding an unencoded "/" or "@".
 _USERINFO = re.compile(r"(?<=//)[^\s\"'<>]*@")
 # The value of an Authorization header a server echoes back (``Authorization: Basic ...``,
@@ -93,6 +95,25 @@ def protect_basic_auth(user: str, password: str) -> None:
         return
     basic = b64encode(f"{user}:{password}".encode()).decode("ascii")
     protect_logs([password, quote(password, safe=""), basic, basic.rstrip("=")])
+
+
+def check_header_secret(value: str, field: str) -> str:
+    """``value`` (an API key, a basic-auth user or password) when an HTTP header can carry
+    it: printable ASCII, as the clients encode headers. Anything else would fail inside the
+    client (``UnicodeEncodeError``) or split the header; the error names ``field`` (the
+    argument or the variable it came from) and never shows the value."""
+    if not isinstance(value, str):
+        raise InvalidInputError(field, f"must be a string, got {type(value).__name__}",
+                                "give the credential as text")
+    for place, char in enumerate(value, 1):
+        if not " " <= char <= "~":
+            kind = "a control character" if char.isascii() else "a non-ASCII character"
+            raise InvalidInputError(field, f"holds {kind} at character {place} (the value "
+                                    "is not shown), which an HTTP header cannot carry",
+                                    "give the credential exactly as the server issued it: "
+                                    "keys and basic-auth credentials are printable ASCII; "
+                                    "re-type one that was pasted with a stray character")
+    return value
 
 
 def scrub(text: str) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,7 +163,7 @@ def _rag_candidates(value: Any, name: _Namer, warnings: list[str]) -> list[Named
             raise InvalidInputError(where, f"must be a string or a (name, text) pair, got "
                                     f"{_describe(item)}", fix)
         if named or label is not None:  # a mapping's key is always a name
-            if not isinstance(label, str) or not _visible(label):
+            if not isinstance(label, str) or is_blank_text(label):
                 raise InvalidInputError(where, f"has a name that is not a non-empty string "
                                         f"({label!r})", "name candidates like 'bm25' or "
                                         "'ircot'")
@@ -234,7 +234,7 @@ def check_question(value: Any, field_name: str = "question",
     """A question: stripped, visible text (``warnings`` gets what was removed)."""
     text = _text(value, field_name, [] if warnings is None else warnings,
                  "pass the user's question as text")
-    if text is None or not _visible(text):
+    if text is None or is_blank_text(text):
         raise InvalidInputError(field_name, "is missing, empty or has no visible character",
                                 "pass a non-empty question")
     return text
@@ -258,10 +258,34 @@ def check_k(value: Any, field_name: str = "k") -> int:
     return value
 
 
-def _visible(text: str) -> bool:
-    """True when ``text`` has a character that is not whitespace or an invisible format
-    character (zero-width spaces and joiners, direction marks, BOM: category Cf)."""
-    return any(not ch.isspace() and unicodedata.category(ch) != "Cf" for ch in text)
+# Characters that show nothing on their own: controls (Cc), format characters (Cf: zero-width
+# space and joiners, direction marks, the BOM U+FEFF, soft hyphen) and separators (Zs, Zl, Zp:
+# every space, including NBSP and the ideographic space, and the line/paragraph separators).
+_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+
+
+def check_queries(value: Any, field_name: str = "queries") -> list[str]:
+    """A batch of search queries: a list of texts with a visible character each (a single
+    string is refused, not searched character by character); errors name ``queries[i]``."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise InvalidInputError(field_name, f"must be a list of query strings, got a "
+                                f"{type(value).__name__}",
+                                "pass a list of queries (wrap a single query in a list, or "
+                                "call search)")
+    for i, query in enumerate(value):
+        if not isinstance(query, str) or is_blank_text(query):
+            raise InvalidInputError(f"{field_name}[{i}]", "is empty or not a string",
+                                    "pass a non-empty query string")
+    return list(value)
+
+
+def is_blank_text(text: str) -> bool:
+    """True when ``text`` has no visible character: it is empty or holds only whitespace,
+    separators (category Z), control (Cc) and format characters (Cf, e.g. U+200B zero-width
+    space, U+FEFF). The one blank test for questions, passages, candidate names and the
+    candidates the arbiter would score (``"\u200b"`` is as blank as ``""``)."""
+    return all(ch.isspace() or unicodedata.category(ch) in _INVISIBLE_CATEGORIES
+               for ch in text)
 
 
 def _text(value: Any, field_name: str, warnings: list[str], fix: str) -> str | None:
@@ -301,7 +325,7 @@ def _passages(
                                     "pass passage texts (str), Passage records or "
                                     "{'text', 'title', 'id'} objects")
         text = _text(p, where, warnings, "pass passage texts (str) or Passage records")
-        if not text or not _visible(text):
+        if is_blank_text(text):
             raise InvalidInputError(where, "is empty or whitespace",
                                     "drop empty passages before arbitration")
         texts.append(text)

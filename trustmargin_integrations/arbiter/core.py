@@ -35,7 +35,7 @@ from trustmargin_integrations.schema import (
     Timings,
     ViewLikelihoods,
 )
-from trustmargin_integrations.validation import check_question, validate_input
+from trustmargin_integrations.validation import check_question, is_blank_text, validate_input
 
 
 class TrustMargin:
@@ -312,7 +312,7 @@ class TrustMargin:
 
     def _blank(self, answer: str) -> bool:
         """True when ``answer`` has nothing to score (blank, or no token)."""
-        return not answer.strip() or self.backend.count_tokens(answer) == 0
+        return is_blank_text(answer) or self.backend.count_tokens(answer) == 0
 
 
 def _listed(inputs: Any) -> list[Any]:

@@ -10,11 +10,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
+import numpy as np
 import Stemmer
+from pydantic import ValidationError
 
+from trustmargin_integrations import strict_json
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.files import write_text_atomic
 from trustmargin_integrations.schema import Passage
+from trustmargin_integrations.validation import check_k, check_queries
 
 _META = "trustmargin_passages.json"
 _GPU_FRAMEWORKS = ("jax", "jax.lax")
@@ -116,14 +120,25 @@ class BM25Index:
 
     @classmethod
     def load(cls, directory: str | Path) -> BM25Index:
-        """Load an index written by :meth:`save`."""
+        """Load an index written by :meth:`save`.
+
+        A damaged or tampered directory (a file missing, cut or rewritten, passages that are
+        not the index's documents) is an :class:`InvalidInputError` naming it, never a
+        traceback at load time or a wrong passage at search time.
+        """
         src = Path(directory)
         meta = src / _META
         if not meta.is_file():
             raise InvalidInputError("index", f"{src} holds no TrustMargin BM25 index",
                                     "build one with `trustmargin index --corpus FILE --out DIR`")
-        passages = [Passage(**p) for p in json.loads(meta.read_text(encoding="utf-8"))]
-        return cls(bm25s.BM25.load(str(src)), passages)
+        passages = _stored_passages(meta)
+        try:
+            retriever = bm25s.BM25.load(str(src))
+        except Exception as exc:  # bm25s reads numpy and JSON files: any of their errors
+            raise _damaged(src, f"bm25s could not read it ({type(exc).__name__}: "
+                           f"{str(exc)[:120]})") from None
+        _check_matrix(retriever, len(passages), src)
+        return cls(retriever, passages)
 
     def search(self, query: str, k: int) -> list[Passage]:
         """Top-``k`` passages, best first, each with its BM25 score."""
@@ -131,13 +146,10 @@ class BM25Index:
 
     def search_batch(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
         """Top-``k`` passages for each query."""
-        if k < 1:
-            raise InvalidInputError("k", f"must be >= 1, got {k}", "ask for at least one passage")
-        for i, q in enumerate(queries):
-            if not isinstance(q, str) or not q.strip():
-                raise InvalidInputError(f"queries[{i}]", "is empty or not a string",
-                                        "pass a non-empty query string")
-        k = min(k, len(self.passages))
+        queries = check_queries(queries)
+        k = min(check_k(k), len(self.passages))
+        if not queries:
+            return []
         tokens = bm25s.tokenize(list(queries), stopwords="en", stemmer=self._stemmer,
                                 show_progress=False)
         results: list[list[Passage]] = []
@@ -152,3 +164,65 @@ class BM25Index:
                 hits.append(self.passages[int(doc)].model_copy(update={"score": float(score)}))
             results.append(hits)
         return results
+
+
+def _damaged(src: Path, problem: str) -> InvalidInputError:
+    return InvalidInputError("index", f"{src} is damaged: {problem}",
+                             "build it again with `trustmargin index --corpus FILE --out DIR` "
+                             "(or BM25Index.from_corpus(...).save(DIR))")
+
+
+def _stored_passages(meta: Path) -> list[Passage]:
+    """The passages :meth:`BM25Index.save` wrote, checked record by record."""
+    records = strict_json.loads(meta.read_bytes(), str(meta),
+                                "build the index again with `trustmargin index`")
+    if not isinstance(records, list) or not records:
+        raise _damaged(meta.parent, f"{_META} holds no list of passages")
+    passages = []
+    for i, record in enumerate(records):
+        try:
+            if not isinstance(record, dict):
+                raise TypeError(f"a {type(record).__name__}, not an object")
+            passages.append(Passage.model_validate(record))
+        except (TypeError, ValidationError) as exc:
+            raise _damaged(meta.parent, f"passage {i} of {_META} is not a passage record "
+                           f"({str(exc).splitlines()[0][:120]})") from None
+    return passages
+
+
+def _check_matrix(retriever: bm25s.BM25, documents: int, src: Path) -> None:
+    """The score matrix must be one over exactly the stored passages: a document number
+    past them would fail at search time, passages of another index would be returned for
+    this one's documents."""
+    scores = getattr(retriever, "scores", None)
+    try:
+        num_docs = int(scores["num_docs"])  # type: ignore[index]
+        data, indices, indptr = (np.asarray(scores[key])  # type: ignore[index]
+                                 for key in ("data", "indices", "indptr"))
+    except (TypeError, KeyError, ValueError) as exc:
+        raise _damaged(src, f"its score matrix is incomplete ({exc})") from None
+    if num_docs != documents:
+        raise _damaged(src, f"the score matrix covers {num_docs:,} documents but "
+                       f"{_META} holds {documents:,} passages")
+    vocabulary = getattr(retriever, "vocab_dict", None)
+    columns = len(indptr) - 1
+    # One column per word, numbered 0..columns-1 (bm25s keeps "" in the vocabulary
+    # without one): a word without its column fails at search time, a column without its
+    # word is a word no query can find.
+    ids = [i for word, i in vocabulary.items() if word] if isinstance(vocabulary, dict) else []
+    problem = None
+    if indptr.ndim != 1 or columns < 1 or not ids:
+        problem = "its score matrix or vocabulary is empty"
+    elif len(ids) != columns or any(not isinstance(i, int) or not 0 <= i < columns
+                                    for i in ids) or len(set(ids)) != columns:
+        problem = f"its vocabulary of {len(ids):,} words does not number its {columns:,} columns"
+    elif len(data) != len(indices) or int(indptr[0]) != 0 or int(indptr[-1]) != len(data):
+        problem = "the column pointers do not match the stored scores"
+    elif len(indptr) > 1 and bool(np.any(np.diff(indptr) < 0)):
+        problem = "the column pointers go backwards"
+    elif len(indices) and (int(indices.min()) < 0 or int(indices.max()) >= documents):
+        problem = "a score names a document that does not exist"
+    elif not bool(np.all(np.isfinite(data))):
+        problem = "a stored score is not a finite number"
+    if problem is not None:
+        raise _damaged(src, problem)

@@ -10,7 +10,7 @@ from trustmargin_integrations.schema import Passage
 
 
 def _records(path: Path) -> list[object]:
-    text = path.read_text(encoding="utf-8")
+    text = strict_json.read_text(path)
     if path.suffix == ".jsonl":
         out = []
         for n, line in enumerate(text.splitlines(), 1):

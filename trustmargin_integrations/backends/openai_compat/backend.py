@@ -25,8 +25,9 @@ from trustmargin_integrations.backends.base import (
     plain_session,
 )
 from trustmargin_integrations.backends.openai_compat.logprobs import (
+    EchoRequest,
+    completion_text,
     echoed_answer_logprob,
-    first_choice,
 )
 from trustmargin_integrations.backends.openai_compat.settings import (
     ENV_MODEL,
@@ -218,7 +219,7 @@ class OpenAICompatBackend(LocalTokenizerMixin):
                 # which would make its "greedy" output differ from the local backend's.
                 "repeat_penalty": 1.0,
             })
-            return first_choice(data, self.url).get("text") or ""
+            return completion_text(data, self.url)
 
         return [cut_at_stop(text, stop) for text in self._map(one, list(prompts))]
 
@@ -231,18 +232,29 @@ class OpenAICompatBackend(LocalTokenizerMixin):
         return self._map(self._score_one, list(requests))
 
     def _score_one(self, req: ContinuationRequest) -> ContinuationScore:
-        n = self.count_tokens(req.continuation)
-        if n == 0:
+        ids = self.encode_answer(req.continuation)
+        if not ids:
             return ContinuationScore(0.0, 0)
         data = self._completion({
             "prompt": req.prompt + req.continuation, "echo": True, "logprobs": 1,
             "max_tokens": 1, "temperature": 0.0,
         })
-        return ContinuationScore(self.answer_logprob(data, req.continuation, n), n)
+        return ContinuationScore(echoed_answer_logprob(data, self._echo_request(req, ids),
+                                                       self.url), len(ids))
 
-    def answer_logprob(self, data: Mapping[str, Any], answer: str, n: int) -> float:
-        """Sum of the answer's ``n`` log-probabilities in an echoed completion response."""
-        return echoed_answer_logprob(data, answer, n, self.url)
+    def _echo_request(self, req: ContinuationRequest, ids: Sequence[int]) -> EchoRequest:
+        """What the checks of an echo need: the sent text, counted as the server counts it
+        (special tokens as in :meth:`_completion`), and the answer's tokens as texts."""
+        sent = req.prompt + req.continuation
+        counted = self.tokenizer(sent, add_special_tokens=not self._chat).input_ids
+        pieces = tuple(self.tokenizer.decode([i]) for i in ids)
+        return EchoRequest(sent, req.continuation, pieces, len(counted))
+
+    def answer_logprob(self, data: Mapping[str, Any], request: ContinuationRequest) -> float:
+        """Sum of ``request``'s answer log-probabilities in the echoed completion response
+        ``data`` to it, every alignment check done (:mod:`.logprobs`)."""
+        ids = self.encode_answer(request.continuation)
+        return echoed_answer_logprob(data, self._echo_request(request, ids), self.url)
 
     def check_tokenizer(self, probe: str = "TrustMargin checks: Goiás, 1,234 km².") -> bool:
         """True when the server's tokenize endpoint agrees with the local tokenizer on ``probe``.
@@ -254,10 +266,16 @@ class OpenAICompatBackend(LocalTokenizerMixin):
                            ("/tokenize", {"model": self.model, "prompt": probe,
                                           "add_special_tokens": False})):
             response = self._http.try_post(path, body)
-            if response is not None and response.status_code == 200:
-                tokens = response.json().get("tokens")
-                if isinstance(tokens, list):
-                    return [int(t) for t in tokens] == local
+            if response is None or response.status_code != 200:
+                continue
+            try:
+                answer = response.json()
+            except ValueError:  # not JSON: not this server's tokenize endpoint
+                continue
+            tokens = answer.get("tokens") if isinstance(answer, dict) else None
+            if isinstance(tokens, list) and all(
+                    isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+                return tokens == local
         raise BackendError(f"{self.url} offers no tokenize endpoint to check against")
 
     # -- the arbiter's session --------------------------------------------------------------

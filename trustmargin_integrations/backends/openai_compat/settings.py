@@ -17,7 +17,7 @@ from pydantic import SecretStr
 
 from trustmargin_integrations.environment import EnvironmentGroup, secret_value
 from trustmargin_integrations.errors import InvalidInputError
-from trustmargin_integrations.urls import redact_url, split_credentials
+from trustmargin_integrations.urls import check_header_secret, redact_url, split_credentials
 from trustmargin_integrations.waits import Waits
 
 ENV_URL = "TRUSTMARGIN_REMOTE_URL"
@@ -75,6 +75,8 @@ def resolve_settings(base_url: str, *, api_key: str | None, backoff_s: float,
     root, credentials = _root_url(base_url)
     key = api_key if api_key is not None else secret_value(RemoteVariables.read().api_key)
     source = "api_key" if api_key is not None else ENV_API_KEY
+    if key is not None:
+        check_header_secret(key, source)
     return ServerSettings(root, credentials, key, source, resolved, backoff)
 
 

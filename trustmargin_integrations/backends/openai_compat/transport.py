@@ -2,8 +2,9 @@
 
 A request is retried (with tenacity) after a 408/409/425/429/5xx answer, a timeout or a
 dropped connection, pausing as the server's ``Retry-After`` asks or else with exponential
-backoff; every attempt, byte and pause fits the total ``timeout_s``. The body is read against
-that deadline and a size cap, and every failure becomes a
+backoff; every attempt, byte and pause fits the total ``timeout_s``: connect, headers and body
+of each attempt run under that deadline (:mod:`trustmargin_integrations.deadline`), the body
+also against a size cap. A redirect is not an answer. Every failure becomes a
 :class:`~trustmargin_integrations.errors.BackendError` without secrets.
 """
 
@@ -24,8 +25,9 @@ from trustmargin_integrations.backends.openai_compat.settings import (
     ENV_PREFIX,
     ServerSettings,
 )
+from trustmargin_integrations.deadline import bound_by_deadline, request_deadline
 from trustmargin_integrations.errors import BackendError
-from trustmargin_integrations.urls import protect_logs, scrub
+from trustmargin_integrations.urls import protect_logs, redact_url, scrub
 from trustmargin_integrations.waits import retry_after_seconds
 
 # The package's name, which the retry records have always carried and which
@@ -80,14 +82,16 @@ class CompletionsTransport:
         # backoff_s * 2**retry, capped at 30 s, plus up to half of backoff_s of jitter.
         self._backoff = (tenacity.wait_exponential(multiplier=settings.backoff_s, max=30.0)
                          + tenacity.wait_random(0, settings.backoff_s / 2))
-        self._client = httpx.Client(
+        # bound_by_deadline: httpx bounds each socket operation, not a request; the deadline
+        # set around each attempt bounds connect, headers and body together (deadline.py).
+        self._client = bound_by_deadline(httpx.Client(
             base_url=settings.root, headers=headers, transport=transport,
             timeout=httpx.Timeout(self.waits.read_timeout_s,
                                   connect=self.waits.connect_timeout_s),
             auth=httpx.BasicAuth(*credentials) if credentials else None,
             limits=httpx.Limits(max_connections=max_concurrency,
                                 max_keepalive_connections=max_concurrency),
-        )
+        ))
         self._lock = threading.Lock()
         self.requests_sent = 0
         self.retries = 0
@@ -97,10 +101,12 @@ class CompletionsTransport:
         self._client.close()
 
     def try_post(self, path: str, body: Mapping[str, Any]) -> httpx.Response | None:
-        """One POST with the pool's timeouts and no retry; None when it could not be sent
-        or answered (for optional endpoints, which many servers lack)."""
+        """One POST with the pool's timeouts, within ``timeout_s`` in all, and no retry; None
+        when it could not be sent or answered (for optional endpoints, which many servers
+        lack)."""
         try:
-            return self._client.post(path, json=body)
+            with request_deadline(self.waits.timeout_s):
+                return self._client.post(path, json=body)
         except httpx.HTTPError:
             return None
 
@@ -159,9 +165,14 @@ class CompletionsTransport:
         timeout = httpx.Timeout(min(self.waits.read_timeout_s, left),
                                 connect=min(self.waits.connect_timeout_s, left))
         try:
-            with self._client.stream("POST", path, json=body, timeout=timeout) as response:
+            # One deadline for connect, headers and body: a server that trickles its
+            # headers or body a byte at a time never lets a read time out by itself.
+            with (request_deadline(left),
+                  self._client.stream("POST", path, json=body, timeout=timeout) as response):
                 raw = self._read_body(response, where, deadline)
         except httpx.TimeoutException:
+            if time.monotonic() >= deadline:
+                raise _RetryableError(self._late()) from None
             raise _RetryableError("timed out") from None
         except httpx.TransportError as exc:
             raise _RetryableError(f"connection failed ({type(exc).__name__})") from None
@@ -179,14 +190,25 @@ class CompletionsTransport:
                                    "point base_url at an OpenAI-compatible completions server")
             chunks.append(chunk)
             if time.monotonic() > deadline:
-                raise _RetryableError(f"the answer did not complete within the "
-                                      f"{self.waits.timeout_s:g} s total")
+                raise _RetryableError(self._late())
         return b"".join(chunks)
+
+    def _late(self) -> str:
+        return (f"timed out: the answer did not complete within the "
+                f"{self.waits.timeout_s:g} s total")
 
 
 def _parse(response: httpx.Response, raw: bytes, where: str) -> dict[str, Any]:
     """A success's JSON object, or the typed failure an error status means."""
     status = response.status_code
+    if 300 <= status < 400:
+        # httpx does not follow redirects (a POST body and credentials would go wherever
+        # the server points), and a redirect's own body is not the server's answer.
+        target = scrub(redact_url(response.headers.get("location", "")))[:200] or "nowhere"
+        raise BackendError(f"{where} answered HTTP {status}, a redirect to {target!r}, not "
+                           "a completion. Fix: point base_url at the address the server "
+                           "redirects to (often https:// instead of http://, or another "
+                           "path)")
     if status < 400:
         try:
             # NaN / Infinity literals are read as floats and refused where each number

@@ -16,6 +16,7 @@ from pydantic import SecretStr
 from trustmargin_integrations.environment import EnvironmentGroup, secret_value
 from trustmargin_integrations.errors import BackendError, InvalidInputError
 from trustmargin_integrations.urls import (
+    check_header_secret,
     protect_basic_auth,
     protect_logs,
     redact_url,
@@ -93,9 +94,16 @@ class ElasticsearchSettings:
             if self.username or self.api_key:
                 raise InvalidInputError("url", "holds credentials and other credentials were "
                                         "given too", "give credentials one way only")
+            for secret in credentials:
+                check_header_secret(secret, "url")  # the URL's user:password
             object.__setattr__(self, "username", credentials[0])
             object.__setattr__(self, "password", credentials[1])
             object.__setattr__(self, "url", redact_url(clean))
+        # The client sends these in headers (basic auth as ASCII): checked here, where the
+        # error can name them, instead of a UnicodeEncodeError inside the first request.
+        for name in ("api_key", "username", "password"):
+            if getattr(self, name) is not None:
+                check_header_secret(getattr(self, name), name)
         protect_logs(self.secrets)
         protect_basic_auth(self.username or "", self.password or "")
         waits = Waits.resolve(ENV_PREFIX, {"read_timeout_s": self.request_timeout,
@@ -135,6 +143,10 @@ class ElasticsearchSettings:
             "password": secret_value(variables.password),
             "ca_certs": variables.ca_cert,
         }
+        for key, variable in (("api_key", ENV_API_KEY), ("username", ENV_USER),
+                              ("password", ENV_PASSWORD)):
+            if env[key]:
+                check_header_secret(env[key], variable)  # the error names the variable
         given = {k: v for k, v in overrides.items() if v is not None}
         if any(k in given for k in ("api_key", "username", "password")):
             # Credentials passed as arguments replace the environment's, never mix with them.
@@ -151,11 +163,21 @@ class ElasticsearchSettings:
         """Keyword arguments for ``elasticsearch.Elasticsearch``."""
         assert self.request_timeout is not None and self.timeout_s is not None
         attempts = (self.max_retries or 0) + 1
+        try:
+            from trustmargin_integrations.retrieval.elasticsearch.node import DeadlineHttpNode
+        except ImportError as exc:  # elasticsearch or httpx missing
+            raise ElasticsearchRetrievalError(
+                f"the Elasticsearch client cannot be used ({exc}). Fix: pip install "
+                "'trustmargin-integrations[elasticsearch]'") from None
+
         kwargs: dict[str, Any] = {
             "hosts": [self.url],
             # The client retries at once, without pauses, so attempts x per-attempt limit
             # is the whole wait: lowering the limit keeps a dead server within timeout_s.
+            # The node makes that limit a deadline for the whole attempt, headers and body
+            # included (urllib3's bounds each read, which a trickling server never trips).
             "request_timeout": min(self.request_timeout, self.timeout_s / attempts),
+            "node_class": DeadlineHttpNode,
             "max_retries": self.max_retries,
             "retry_on_timeout": True,
         }
@@ -204,6 +226,11 @@ def request_failed(action: str, exc: BaseException, settings: ElasticsearchSetti
                                                           "status", None)
     detail = scrubbed_detail(str(getattr(exc, "message", "") or exc), settings)
     where = settings.safe_url if settings else "Elasticsearch"
+    if status and 300 <= status < 400:
+        return ElasticsearchRetrievalError(
+            f"{action} on {where} was answered with a redirect (HTTP {status}), not a result."
+            " Fix: point the URL at the address the server redirects to (often https:// "
+            "instead of http://)")
     hint = {401: "check the API key or user name and password",
             403: "give the credentials the index privileges they need",
             404: f"create the index first (index_corpus or `trustmargin index "

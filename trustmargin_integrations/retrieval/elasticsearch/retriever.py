@@ -22,10 +22,12 @@ from trustmargin_integrations.retrieval.elasticsearch.connection import (
 from trustmargin_integrations.retrieval.elasticsearch.indexing import IndexingMixin
 from trustmargin_integrations.retrieval.elasticsearch.queries import (
     TITLE_BOOST,
-    hit_to_passage,
+    hits_to_passages,
+    msearch_answers,
     search_body,
 )
 from trustmargin_integrations.schema import Passage
+from trustmargin_integrations.validation import check_queries
 
 
 class ElasticsearchRetriever(IndexingMixin):
@@ -109,10 +111,11 @@ class ElasticsearchRetriever(IndexingMixin):
             response = self.client.search(index=self.index, **body)
         except Exception as exc:
             raise request_failed("search", exc, self.settings, self.index) from None
-        return [hit_to_passage(h) for h in response["hits"]["hits"]]
+        return hits_to_passages(response, k, "the search")
 
     def search_batch(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
         """Top-``k`` passages for each query, in one ``_msearch`` request."""
+        queries = check_queries(queries)
         if not queries:
             return []
         searches: list[dict[str, Any]] = []
@@ -127,9 +130,9 @@ class ElasticsearchRetriever(IndexingMixin):
         except Exception as exc:
             raise request_failed("multi-search", exc, self.settings, self.index) from None
         out = []
-        for i, item in enumerate(response["responses"]):
+        for i, item in enumerate(msearch_answers(response, len(queries))):
             if "error" in item:
                 reason = scrubbed_detail(str(item["error"]), self.settings)
                 raise ElasticsearchRetrievalError(f"query {i} failed on the server: {reason}")
-            out.append([hit_to_passage(h) for h in item["hits"]["hits"]])
+            out.append(hits_to_passages(item, k, f"query {i} of the multi-search"))
         return out
