@@ -18,7 +18,6 @@ carried to its Decision under ``metadata``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.rundir import guard_output
-from trustmargin_integrations.files import atomic_output
+from trustmargin_integrations.files import atomic_output, same_file
 from trustmargin_integrations.prompts import PROMPT_VERSION
 from trustmargin_integrations.resumable import run_chunks
 from trustmargin_integrations.schema import Decision
@@ -76,6 +75,9 @@ def check_paths(input_path: Path, output: Path, calibration: Path | None = None)
     if not input_path.is_file():
         raise InvalidInputError("--input", f"{input_path} is not a file", "pass a JSONL file")
     store = cache_path(output)
+    if same_file(input_path, store):  # also through a hard link
+        raise InvalidInputError("--input", f"is the store of {output} (results of an earlier "
+                                "run)", "pass the candidates file, not OUTPUT.cache")
     inputs = {"--input": input_path}
     if calibration is not None:
         inputs["--calibration"] = calibration
@@ -83,10 +85,6 @@ def check_paths(input_path: Path, output: Path, calibration: Path | None = None)
     protected = {cache_path(input_path): f"the result store of {input_path}"}
     for path in (output, store):
         guard_output(path, "--output", inputs=inputs, protected=protected)
-    if input_path.resolve() == store.resolve() or (
-            store.exists() and os.path.samefile(input_path, store)):  # also a hard link
-        raise InvalidInputError("--input", f"is the store of {output} (results of an earlier "
-                                "run)", "pass the candidates file, not OUTPUT.cache")
 
 
 def read_records(path: Path, settings: Mapping[str, Any]) -> list[ScoreRecord]:
