@@ -18,48 +18,19 @@ import pytest
 import typer.main
 from cli_support import run_main
 from rich.console import Console
+from run_support import synthetic_run
 
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.cli import app
 from trustmargin_integrations.cli.ask import _print_decision
 from trustmargin_integrations.cli.boundary import GuardedCommand
-from trustmargin_integrations.evaluation.datasets import EvalExample
-from trustmargin_integrations.evaluation.rundir import open_store, record_dataset
-from trustmargin_integrations.evaluation.runner import EvalRecord
-from trustmargin_integrations.prompts import PROMPT_VERSION
 from trustmargin_integrations.retrieval.bm25 import BM25Index
-from trustmargin_integrations.schema import Decision, Passage
+from trustmargin_integrations.schema import Passage
 
 # Root ignores permission bits, so a chmod-ed folder is writable here; sysfs refuses new
 # files to everyone, root included: a real read-only place.
 READ_ONLY = Path("/sys")
 ESCAPES = "\x1b[2J\x1b]52;c;SGVsbG8=\x07"  # clear screen; OSC 52 (set the clipboard)
-
-
-def _decision(i: int) -> Decision:
-    m_prior, m_bind = float(i % 5) - 2.0, float(i % 3) - 1.0
-    m = m_prior + 0.5 * m_bind
-    return Decision.model_validate(dict(
-        id=f"x:{i}", question=f"question {i}", answer="Paris", source="direct",
-        reason="margin_above_tau" if m > -1.5 else "margin_at_or_below_tau",
-        direct_answer="Paris", rag_answer="Lyon", direct_generated=True, rag_generated=True,
-        m_prior=m_prior, m_bind=m_bind, m=m, lambda_bind=0.5, tau=-1.5, passages_given=3,
-        passages_used=3, context_tokens=100, context_truncated=False, model_id="synthetic",
-        prompt_version=PROMPT_VERSION))
-
-
-def _write_run(run_dir: Path, n: int = 12) -> Path:
-    """A valid run directory of synthetic decisions (report and calibrate need no model)."""
-    store = open_store(run_dir)
-    records = []
-    for i in range(n):
-        decision = _decision(i)
-        store.put(f"k{i}", {"decision": decision.model_dump(mode="json"), "retrieval_s": 0.0})
-        example = EvalExample(dataset="x", id=str(i), question=decision.question,
-                              answers=("Paris" if i % 2 else "Lyon",))
-        records.append(EvalRecord(example, f"k{i}", (), decision, 0.0, computed=True))
-    record_dataset(run_dir, "x", records, {"retrieval": "precomputed", "top_k": 3})
-    return run_dir
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +59,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "run_shape").mkdir()
     (root / "run_shape" / "manifest.json").write_text(
         json.dumps({"datasets": {"x": {"examples": [{"id": 1}]}}}), encoding="utf-8")
-    _write_run(root / "run")
+    synthetic_run(root / "run")
     return root
 
 
@@ -212,7 +183,7 @@ def test_terminal_escapes_never_reach_the_terminal(tm: TrustMargin, files: Path)
     assert "Zelvora[2J]52;c;SGVsbG8=" in shown  # the text is kept, only the controls go
     assert "\x1b" not in shown and "\x07" not in shown
     # A path printed by `report` (the run folder's own name) is cleaned the same way.
-    run_dir = _write_run(files / f"run{ESCAPES}")
+    run_dir = synthetic_run(files / f"run{ESCAPES}")
     run = run_main("report", str(run_dir))
     assert run.exit_code == 0, run.output
     assert "report: " in run.output and "\x1b" not in run.output and "\x07" not in run.output

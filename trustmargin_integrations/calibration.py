@@ -154,18 +154,24 @@ class Calibration(BaseModel):
             raise InvalidInputError("calibration", f"{file} does not exist",
                                     "pass the file written by `trustmargin calibrate RUN_DIR`")
         try:
-            data = strict_json.loads(file.read_bytes(), "calibration",
-                                     "re-create it with `trustmargin calibrate RUN_DIR`")
+            text = strict_json.read_text(file, "calibration")
+            # Duplicate keys, NaN, nesting and huge integers: refused by the strict reader.
+            strict_json.loads(text, "calibration",
+                              "re-create it with `trustmargin calibrate RUN_DIR`")
         except InvalidInputError as exc:
             raise InvalidInputError("calibration", f"{file} is not a calibration file "
                                     f"(it {exc.problem})", exc.fix) from None
         try:
-            return cls.model_validate(data)
+            # Strict types, at the top level and inside `policy`: `true` is not a number
+            # and "-1.5" not -1.5 (lax validation read them as 1.0 and -1.5).
+            return cls.model_validate_json(text, strict=True)
         except ValidationError as exc:
             problem = exc.errors()[0]
             where = ".".join(str(p) for p in problem["loc"]) or "file"
+            given = repr(problem.get("input"))
+            given = given if len(given) <= 40 else given[:39] + "…"
             raise InvalidInputError("calibration", f"{file} is not a calibration file "
-                                    f"({where}: {problem['msg'].lower()})",
+                                    f"({where}: {problem['msg'].lower()}, got {given})",
                                     "re-create it with `trustmargin calibrate RUN_DIR`"
                                     ) from None
 

@@ -10,7 +10,9 @@ reach a ``repr`` or a log line by accident.
 
 from __future__ import annotations
 
-from typing import ClassVar, TypeVar
+import os
+import typing
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -40,6 +42,7 @@ def read_environment(model: type[SettingsT], prefix: str) -> SettingsT:
     Raises:
         InvalidInputError: a variable that does not parse, named (``TRUSTMARGIN_ES_RETRIES``).
     """
+    _refuse_digit_separators(model, prefix)
     try:
         return model(_env_prefix=prefix)  # type: ignore[call-arg]
     except ValidationError as exc:
@@ -49,6 +52,26 @@ def read_environment(model: type[SettingsT], prefix: str) -> SettingsT:
         raise InvalidInputError(variable, f"is {error.get('input')!r}, {problem}",
                                 "set it to a valid value (see the docs), or unset it"
                                 ) from None
+
+
+def _is_number(annotation: Any) -> bool:
+    """True for a field typed int or float (also ``float | None``), bool excluded."""
+    return annotation in (int, float) or any(
+        arg in (int, float) for arg in typing.get_args(annotation))
+
+
+def _refuse_digit_separators(model: type[BaseSettings], prefix: str) -> None:
+    """Refuse a number written with ``_`` (``1_0``): Python's and pydantic's parsers read it
+    as 10, which a person who typed ``1_0`` (or a script that pasted two values) did not
+    mean; no tool the variables come from writes numbers that way."""
+    given = {name.upper(): value for name, value in os.environ.items()}  # case-insensitive
+    for field, info in model.model_fields.items():
+        variable = f"{prefix}{field}".upper()
+        raw = given.get(variable)
+        if raw and "_" in raw and _is_number(info.annotation):
+            raise InvalidInputError(variable, f"is {raw!r}, not a number ('_' is not "
+                                    "accepted between digits)",
+                                    "write the number without '_', or unset it")
 
 
 def secret_value(secret: SecretStr | None) -> str | None:

@@ -12,8 +12,14 @@ Append-only files (the result store) are opened with :func:`open_append`: ``O_AP
 ``write()`` lands whole at the end even with several writers, ``O_NOFOLLOW`` so a planted link
 is never followed, and refused when hard-linked elsewhere.
 
-Both refuse a destination that is a symbolic link or a directory: a link planted in a run
-directory must not make the project write outside it.
+Both refuse a destination that is a symbolic link, a directory or any other file that is not
+a regular file (a FIFO, a device such as ``/dev/null``, a socket): a link planted in a run
+directory must not make the project write outside it, and the final rename must never
+replace a special file with a regular one.
+
+:func:`check_output` is the one guard every command calls on each file it will write, before
+any work: the checks above, plus never a file the same command reads and never a file it
+does not own (a run directory's cache or manifest), each refusal naming the option.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import re
 import secrets
 import socket
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -96,8 +102,14 @@ def remove_stale_temps(dest: Path) -> list[Path]:
     return removed
 
 
+# What a path that is not a regular file is, in words (stat's test, name).
+_SPECIAL_KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+                  (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
 def check_destination(path: Path) -> Path:
-    """Refuse a destination that is a symbolic link or a directory; return ``path``.
+    """Refuse a destination that is a symbolic link, a directory or not a regular file (a
+    FIFO, a device, a socket); return ``path``. A missing path is fine.
 
     Raises:
         InvalidInputError: naming the path and the fix.
@@ -112,6 +124,52 @@ def check_destination(path: Path) -> Path:
                                 "remove the link or pass the real file path")
     if stat.S_ISDIR(info.st_mode):
         raise InvalidInputError(str(path), "is a directory", "pass a file path")
+    if not stat.S_ISREG(info.st_mode):
+        kind = next((name for test, name in _SPECIAL_KINDS if test(info.st_mode)),
+                    "not a regular file")
+        raise InvalidInputError(str(path), f"is {kind}, not a regular file (it is never "
+                                "replaced by a file)", "pass the path of a regular file")
+    return path
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """True when ``a`` and ``b`` name one file: the same path once resolved (``..``, links),
+    or two names of one inode (a hard link)."""
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # either is missing (or unreadable): they cannot be one existing file
+        return False
+
+
+def check_output(path: Path, option: str, *, inputs: Mapping[str, Path] | None = None,
+                 protected: Mapping[Path, str] | None = None) -> Path:
+    """The one guard of a file a command will write, called before any work; return ``path``.
+
+    Refused, each with an error naming ``option``: a symbolic link, a directory or another
+    file that is not a regular one (:func:`check_destination`); a file the command reads
+    (``inputs``: the option or argument that gave it -> its path), also through ``..``, a
+    link or a hard link; a file the command does not own (``protected``: path -> what it
+    is, e.g. a run directory's result cache).
+
+    Raises:
+        InvalidInputError: naming ``option``, the path and the fix.
+    """
+    try:
+        check_destination(path)
+    except InvalidInputError as exc:
+        raise InvalidInputError(option, f"{path} {exc.problem}", exc.fix) from None
+    for given, source in (inputs or {}).items():
+        if same_file(path, source):
+            raise InvalidInputError(option, f"{path} is the input file of {given}, which this "
+                                    "command reads: writing there would replace it",
+                                    f"write to another file than {given}")
+    for owned, what in (protected or {}).items():
+        if same_file(path, owned):
+            raise InvalidInputError(option, f"{path} is {what}, which this command does not "
+                                    "write: writing there would destroy it",
+                                    "write to another file")
     return path
 
 

@@ -18,7 +18,6 @@ carried to its Decision under ``metadata``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,12 +27,13 @@ from trustmargin_integrations import strict_json
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
-from trustmargin_integrations.files import atomic_output
+from trustmargin_integrations.evaluation.rundir import guard_output
+from trustmargin_integrations.files import atomic_output, same_file
 from trustmargin_integrations.prompts import PROMPT_VERSION
 from trustmargin_integrations.resumable import run_chunks
 from trustmargin_integrations.schema import Decision
 from trustmargin_integrations.store import ResultStore, cache_key
-from trustmargin_integrations.validation import FIELDS, validate_input
+from trustmargin_integrations.validation import FIELDS, ValidInput, validate_input
 
 REQUIRED = ("question", "passages", "direct_answer", "rag_answer")
 CACHE_SUFFIX = ".cache"
@@ -67,51 +67,68 @@ def cache_path(output: Path) -> Path:
     return output.with_name(output.name + CACHE_SUFFIX)
 
 
-def check_paths(input_path: Path, output: Path) -> None:
-    """Refuse the path combinations that would lose data or cannot work."""
+def check_paths(input_path: Path, output: Path, calibration: Path | None = None) -> None:
+    """Refuse the path combinations that would lose data or cannot work, before any work:
+    the output and its store go through the one output guard (never an input, never a run
+    directory's own files, never a link, a directory or a special file), and the input must
+    not be the output's store."""
     if not input_path.is_file():
         raise InvalidInputError("--input", f"{input_path} is not a file", "pass a JSONL file")
-    if output.exists() and not output.is_file():
-        raise InvalidInputError("--output", f"{output} is a directory",
-                                "pass a file path for the decisions")
-    for path in (output, cache_path(output)):
-        if path.is_symlink():  # checked here too so that it stops before the model loads
-            raise InvalidInputError("--output", f"{path} is a symbolic link (score never "
-                                    "writes through or replaces a link)",
-                                    "remove the link or choose another output path")
-    resolved = output.resolve()
-    if resolved in (input_path.resolve(), cache_path(input_path).resolve()):
-        raise InvalidInputError("--output", "is the input file",
-                                "write the decisions to another file")
     store = cache_path(output)
-    if input_path.resolve() == store.resolve() or (
-            store.exists() and os.path.samefile(input_path, store)):  # also a hard link
+    if same_file(input_path, store):  # also through a hard link
         raise InvalidInputError("--input", f"is the store of {output} (results of an earlier "
                                 "run)", "pass the candidates file, not OUTPUT.cache")
+    inputs = {"--input": input_path}
+    if calibration is not None:
+        inputs["--calibration"] = calibration
+    # The input's own store holds the results of the run that wrote the input.
+    protected = {cache_path(input_path): f"the result store of {input_path}"}
+    for path in (output, store):
+        guard_output(path, "--output", inputs=inputs, protected=protected)
 
 
 def read_records(path: Path, settings: Mapping[str, Any]) -> list[ScoreRecord]:
-    """Parse and validate every line of a candidates file before any model work.
+    """Parse and validate every line of a candidates file before any model work, and key
+    each record in the store under ``settings``.
 
     Raises:
         InvalidInputError: naming ``FILE:LINE`` (and the field) of the first bad line.
     """
-    records: list[ScoreRecord] = []
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, 1):
-            where = f"{path}:{number}"
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise InvalidInputError(where, f"is not valid UTF-8 (byte {exc.start})",
-                                        "save the file as UTF-8") from None
-            if not line.strip():
-                continue
-            record = strict_json.loads(line, where, "write one JSON object per line")
-            if not isinstance(record, dict):
-                raise InvalidInputError(where, f"is a JSON {type(record).__name__}, not an "
-                                        "object", "write one JSON object per line")
-            records.append(_record(record, where, number, settings))
+    return [checked.keyed(settings) for checked in validate_file(path)]
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """One validated input line, not keyed yet."""
+
+    line: int
+    item: dict[str, Any]
+    valid: ValidInput
+    where: str
+
+    def keyed(self, settings: Mapping[str, Any]) -> ScoreRecord:
+        """The record with its store key under ``settings``."""
+        key = cache_key(model_id=str(settings["model"]), prompt_version=PROMPT_VERSION,
+                        question=self.valid.question, passages=self.valid.passages,
+                        settings=settings, direct_answer=self.valid.direct_answer,
+                        rag_answer=self.valid.rag_answer)
+        return ScoreRecord(self.line, self.item, key, self.valid.id, self.where)
+
+
+def validate_file(path: Path) -> list[_Checked]:
+    """Parse and validate every line of a candidates file (no key, nothing loaded).
+
+    Raises:
+        InvalidInputError: naming ``FILE:LINE`` (and the field) of the first bad line.
+    """
+    records: list[_Checked] = []
+    for number, line in strict_json.lines(path):
+        where = f"{path}:{number}"
+        record = strict_json.loads(line, where, "write one JSON object per line")
+        if not isinstance(record, dict):
+            raise InvalidInputError(where, f"is a JSON {type(record).__name__}, not an "
+                                    "object", "write one JSON object per line")
+        records.append(_record(record, where, number))
     if not records:
         raise InvalidInputError("--input", f"{path} holds no record",
                                 "write one JSON object per line: question, passages, "
@@ -119,8 +136,7 @@ def read_records(path: Path, settings: Mapping[str, Any]) -> list[ScoreRecord]:
     return records
 
 
-def _record(record: dict[str, Any], where: str, number: int,
-            settings: Mapping[str, Any]) -> ScoreRecord:
+def _record(record: dict[str, Any], where: str, number: int) -> _Checked:
     missing = [k for k in REQUIRED if k not in record]
     if missing:
         raise InvalidInputError(f"{where}.{missing[0]}", "is missing",
@@ -140,16 +156,11 @@ def _record(record: dict[str, Any], where: str, number: int,
     item = {k: record[k] for k in FIELDS if k in record and k != "metadata"}
     item["metadata"] = metadata
     item.setdefault("id", str(number))
-    valid = validate_input(item, where=where)
-    key = cache_key(model_id=str(settings["model"]), prompt_version=PROMPT_VERSION,
-                    question=valid.question, passages=valid.passages,
-                    settings=settings, direct_answer=valid.direct_answer,
-                    rag_answer=valid.rag_answer)
-    return ScoreRecord(number, item, key, valid.id, where)
+    return _Checked(number, item, validate_input(item, where=where), where)
 
 
 def key_settings(
-    model: str, config: TrustMarginConfig, **backend: str | None
+    model: str, config: TrustMarginConfig, **backend: str | int | None
 ) -> dict[str, Any]:
     """Everything besides the record that changes a decision (the key's ``settings``)."""
     rule = config.model_dump(exclude={"batch_size"})
@@ -165,6 +176,8 @@ def run_score(
     batch_size: int,
     progress: bool = True,
     on_reuse: Callable[[int, int], None] | None = None,
+    calibration: Path | None = None,
+    numerics: Callable[[], Mapping[str, Any]] | None = None,
 ) -> ScoreReport:
     """Validate, compute what is missing (durably, batch by batch), write OUTPUT atomically.
 
@@ -176,9 +189,15 @@ def run_score(
         batch_size: questions per model call (and per durable write).
         progress: show a progress bar.
         on_reuse: told (reused, to compute) before any model work starts.
+        calibration: the calibration file the run reads, if any (never written over).
+        numerics: further key settings that are slow to learn (the local model's CPU thread
+            count, which imports torch), asked once the whole file is valid, so a bad line
+            still stops the run at once.
     """
-    check_paths(input_path, output)
-    records = read_records(input_path, settings)
+    check_paths(input_path, output, calibration)
+    checked = validate_file(input_path)
+    settings = {**settings, **(numerics() if numerics else {})}
+    records = [c.keyed(settings) for c in checked]
     store = ResultStore(cache_path(output))
     every = {r.key: r for r in reversed(records)}  # one record per key, the first one
     todo = [r for r in every.values() if r.key not in store]

@@ -1,6 +1,12 @@
 """The one reader of JSON a user gave us (input files, corpora, datasets, calibration files),
 and the one rule for a user's file that is not UTF-8 (:func:`read_text`, :func:`not_utf8`).
 
+Files are read as UTF-8 with a leading byte-order mark accepted (Windows editors write one);
+a JSONL file is one whose name ends in ``.jsonl`` in any case, and it is split on ``\n``
+only: a JSON string may hold U+2028, U+2029, U+0085 or a form feed raw, which
+``str.splitlines`` would wrongly treat as line ends (``\r\n`` endings still work, since
+JSON allows the ``\r`` as whitespace).
+
 The standard parser accepts, without a word, things that silently change what a user meant:
 a key written twice (the last one wins), ``NaN`` / ``Infinity`` (not JSON at all), and it
 fails with untyped errors on input nested too deeply (``RecursionError``) or integers too long
@@ -11,6 +17,7 @@ the record and says how to fix it. Files the project writes itself are read by t
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -82,12 +89,51 @@ def not_utf8(where: str, exc: UnicodeDecodeError, data: bytes | None = None
                              "UTF-8; or iconv -f latin1 -t utf-8)")
 
 
-def read_text(path: str | Path, where: str | None = None) -> str:
-    """A user's text file as UTF-8; one that is not is an :class:`InvalidInputError` naming
-    ``where`` (default: the path) that says to re-save it as UTF-8, never a traceback."""
-    file = Path(path)
-    data = file.read_bytes()
+BOM = b"\xef\xbb\xbf"
+"""The UTF-8 byte-order mark, accepted at the start of a file and dropped."""
+
+
+def is_jsonl(path: Path) -> bool:
+    """True for a JSON Lines file (``.jsonl``, ``.JSONL``, ...)."""
+    return path.suffix.lower() == ".jsonl"
+
+
+def _decode(data: bytes, where: str, *, whole_file: bool) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise not_utf8(where or str(file), exc, data) from None
+        # A whole file's error counts its line; one line's ``where`` already names it.
+        raise not_utf8(where, exc, data if whole_file else None) from None
+
+
+def read_text(path: str | Path, where: str | None = None) -> str:
+    """A user's whole text file as UTF-8 (a leading byte-order mark dropped).
+
+    Raises:
+        InvalidInputError: on ``where`` (default: the path), the file is not UTF-8; the error
+            names the byte and line and says to re-save it as UTF-8, never a traceback.
+    """
+    file = Path(path)
+    return _decode(file.read_bytes().removeprefix(BOM), where or str(file), whole_file=True)
+
+
+def lines(path: Path, name: str | None = None) -> Iterator[tuple[int, str]]:
+    """``(number, line)`` of every non-blank line of a JSONL file, numbered from 1 and split
+    on ``\n`` only, streamed (a huge file is never held whole).
+
+    Raises:
+        InvalidInputError: on ``NAME:LINE`` (``name`` defaults to the path), a line that is
+            not UTF-8.
+    """
+    label = name or str(path)
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            text = _decode(raw.removeprefix(BOM) if number == 1 else raw, f"{label}:{number}",
+                           whole_file=False)
+            if text.strip():
+                yield number, text
+
+
+def load_document(path: Path, where: str, fix: str) -> Any:
+    """Parse a whole JSON file strictly (see :func:`loads`)."""
+    return loads(read_text(path, where), where, fix)

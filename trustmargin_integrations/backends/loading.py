@@ -50,3 +50,21 @@ def check_device(device: str | None) -> None:
     from trustmargin_integrations.backends.hf.backend import pick_device
 
     pick_device(device)
+
+
+def cpu_threads(device: Any) -> int | None:
+    """The CPU threads that compute a local model's numbers (``torch.get_num_threads()``),
+    or None when ``device`` (a name, a ``torch.device`` or None for auto) is a GPU.
+
+    Part of the cache key of every local result (``eval``, ``score``): the thread count
+    changes the order of float reductions, so likelihoods move by about 1e-5 from one count
+    to another, and a result computed with 16 threads must not be reused by a run with 1
+    (its resumed output would no longer be the one an uninterrupted run gives). A GPU's
+    numbers do not depend on it.
+    """
+    import torch
+
+    from trustmargin_integrations.backends.hf.backend import pick_device
+
+    chosen = device if isinstance(device, torch.device) else pick_device(device)
+    return torch.get_num_threads() if chosen.type == "cpu" else None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import codecs
 import errno
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,24 @@ _OS_FIXES: dict[int, tuple[str, str]] = {
 
 
 class GuardedCommand(TyperCommand):
-    """A command whose environment failures are typed errors that name the option."""
+    """A command whose environment failures are typed errors that name the option, and whose
+    number options refuse ``_`` between digits."""
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        """Parse as usual, then refuse a number option written with ``_``: Python's parsers
+        read ``1_0`` as 10, which a person who typed it did not mean."""
+        given = list(args)
+        rest = super().parse_args(ctx, args)
+        for param in self.params:
+            value = ctx.params.get(param.name or "")
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            for text in _option_values(given, param.opts):
+                if "_" in text:
+                    raise InvalidInputError(_option_name(param), f"{text!r} is not a number "
+                                            "('_' is not accepted between digits)",
+                                            "write the number without '_'")
+        return rest
 
     def invoke(self, ctx: typer.Context) -> Any:
         """Run the command; translate the failures listed in the module docstring."""
@@ -99,9 +117,27 @@ def printable(text: str) -> str:
     return escape(plain(text))
 
 
+# Every control character (newline and tab too) and the Unicode line separators.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def shown(text: str) -> str:
+    """``text`` on one line and safe for the terminal, for a path or an error line: each
+    control character or line separator is written as its escape (``\\n``, ``\\x1b``),
+    so a folder named with a newline prints as one line that names it exactly, and an
+    escape sequence never reaches the terminal."""
+    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"),
+                            text)
+
+
+def shown_markup(text: str) -> str:
+    """:func:`shown` text with rich markup escaped, for ``console.print``."""
+    return escape(shown(text))
+
+
 def report(exc: TrustMarginError, console: Console) -> None:
-    """Print a typed error as one line (it quotes user text: cleaned, never wrapped)."""
-    console.print(f"[red]error[/] {printable(str(exc))}", soft_wrap=True)
+    """Print a typed error as one line (it quotes user text: escaped, never wrapped)."""
+    console.print(f"[red]error[/] {shown_markup(str(exc))}", soft_wrap=True)
 
 
 def given_paths(ctx: typer.Context) -> Iterator[tuple[str, Path]]:
@@ -112,6 +148,21 @@ def given_paths(ctx: typer.Context) -> Iterator[tuple[str, Path]]:
         for item in values:
             if isinstance(item, str | Path) and item and item != "shipped":
                 yield _option_name(param), Path(item)
+
+
+def _option_values(args: list[str], opts: list[str]) -> Iterator[str]:
+    """The values ``args`` give the option named ``opts`` (``--k 3``, ``--k=3``, ``-k3``)."""
+    for i, token in enumerate(args):
+        if token == "--":
+            return
+        for opt in opts:
+            if token == opt and i + 1 < len(args):
+                yield args[i + 1]
+            elif token.startswith(opt + "="):
+                yield token[len(opt) + 1:]
+            elif len(opt) == 2 and not opt.startswith("--") and token.startswith(opt) \
+                    and len(token) > 2:
+                yield token[2:]
 
 
 def _option_name(param: TyperOption | TyperArgument) -> str:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from trustmargin_integrations.cli.app import command
-from trustmargin_integrations.cli.boundary import plain
+from trustmargin_integrations.cli.boundary import shown
 from trustmargin_integrations.cli.common import check_run_dir
 from trustmargin_integrations.errors import InvalidInputError
 
@@ -33,7 +33,7 @@ def calibrate(
     Load the result with ``TrustMargin.from_pretrained(model, calibration=FILE)``.
     """
     from trustmargin_integrations.evaluation.bootstrap import check_resamples
-    from trustmargin_integrations.evaluation.calibrate import calibrate_run, describe
+    from trustmargin_integrations.evaluation.calibrate import LoadedRun, calibrate_run, describe
 
     check_resamples(resamples, "--resamples")  # before any model or file work
     if objective not in ("f1", "em"):
@@ -42,17 +42,19 @@ def calibrate(
     if folds == 1 or folds < 0:
         raise InvalidInputError("--folds", f"must be 0 or >= 2, got {folds}",
                                 "use 5 (the default), or 0 to skip cross-validation")
-    target = out or Path(run_dir) / "calibration.json"
-    if target.is_dir():
-        raise InvalidInputError("--out", f"{target} is a directory",
-                                "pass a file path, e.g. --out DIR/calibration.json")
+    from trustmargin_integrations.evaluation.rundir import guard_output
+
+    target = guard_output(out or Path(run_dir) / "calibration.json", "--out", run_dir=run_dir)
     check_run_dir(run_dir)
-    calibration, cv = calibrate_run(run_dir, objective=objective,  # type: ignore[arg-type]
+    loaded = LoadedRun.read(run_dir)
+    if loaded.repeats:
+        typer.echo(f"warning: {shown(loaded.repeats)}", err=True)
+    calibration, cv = calibrate_run(loaded, objective=objective,  # type: ignore[arg-type]
                                     folds=folds, seed=seed, resamples=resamples,
                                     holdout=holdout, split_seed=split_seed)
     for line in describe(calibration, cv):
         typer.echo(line)
     path = calibration.save(target)
-    typer.echo(f"calibration: {plain(str(path))}")
+    typer.echo(f"calibration: {shown(str(path))}")
     typer.echo(f"use it: TrustMargin.from_pretrained({calibration.model_id!r}, "
                f"calibration={str(path)!r})")

@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from trustmargin_integrations.cli.app import command
-from trustmargin_integrations.cli.boundary import plain
+from trustmargin_integrations.cli.boundary import shown
 from trustmargin_integrations.cli.common import check_run_dir
 from trustmargin_integrations.errors import InvalidInputError
 
@@ -61,7 +61,9 @@ def check(
     ``--calibration FILE``.
     """
     from trustmargin_integrations.evaluation.bootstrap import check_resamples
+    from trustmargin_integrations.evaluation.calibrate import LoadedRun
     from trustmargin_integrations.evaluation.check_run import check_run, describe_check
+    from trustmargin_integrations.evaluation.rundir import guard_output
 
     check_resamples(resamples, "--resamples")  # before any model or file work
     if objective not in ("f1", "em"):
@@ -72,35 +74,55 @@ def check(
     if not 0 <= holdout < 1:
         raise InvalidInputError("--holdout", f"must be in [0, 1), got {holdout}",
                                 "use 0 (choose on all questions) or e.g. 0.5")
-    if labeled.is_dir():
-        target_dir = labeled
-    else:
-        target_dir = run_dir or labeled.with_name(labeled.name + ".check")
+    from_file = not labeled.is_dir()
+    target_dir = (run_dir or labeled.with_name(labeled.name + ".check")) if from_file \
+        else labeled
+    # Before any work: the policy file never replaces an input or the run's own files.
+    target = guard_output(out or target_dir / "policy.json", "--out", run_dir=target_dir,
+                          inputs=_inputs(labeled if from_file else None, corpus, index))
+    if from_file:
         _generate_and_score(labeled, target_dir, corpus=corpus, index=index, model=model,
-                            top_k=top_k, dtype=dtype, device=device, batch_size=batch_size)
-    target = out or target_dir / "policy.json"
-    if target.is_dir():
-        raise InvalidInputError("--out", f"{target} is a directory",
-                                "pass a file path, e.g. --out DIR/policy.json")
+                            top_k=top_k, dtype=dtype, device=device, batch_size=batch_size,
+                            folds=folds, holdout=holdout, split_seed=split_seed)
     check_run_dir(target_dir)
-    result, calibration = check_run(target_dir, objective=objective,  # type: ignore[arg-type]
+    loaded = LoadedRun.read(target_dir)
+    if loaded.repeats:
+        typer.echo(f"warning: {shown(loaded.repeats)}", err=True)
+    result, calibration = check_run(loaded, objective=objective,  # type: ignore[arg-type]
                                     folds=folds, seed=seed, resamples=resamples,
                                     holdout=holdout, split_seed=split_seed)
     for line in describe_check(result, calibration):
         typer.echo(line)
     path = calibration.save(target)
-    typer.echo(f"policy: {plain(str(path))}")
+    typer.echo(f"policy: {shown(str(path))}")
     typer.echo(f"use it: TrustMargin.from_pretrained({calibration.model_id!r}, "
-               f"calibration={str(path)!r}), or --calibration {plain(str(path))}")
+               f"calibration={str(path)!r}), or --calibration {shown(str(path))}")
+
+
+def _inputs(labeled: Path | None, corpus: Path | None, index: Path | None
+            ) -> dict[str, Path | None]:
+    """The files ``check`` reads (option -> path), which its output must never replace."""
+    inputs: dict[str, Path | None] = {"LABELED": labeled, "--corpus": corpus}
+    if index is not None:
+        from trustmargin_integrations.retrieval.bm25 import BM25Index
+
+        inputs.update({f"--index ({path.name})": path for path in BM25Index.files(index)})
+    return inputs
 
 
 def _generate_and_score(labeled: Path, run_dir: Path, *, corpus: Path | None,
                         index: Path | None, model: str, top_k: int, dtype: str | None,
-                        device: str | None, batch_size: int) -> None:
+                        device: str | None, batch_size: int, folds: int, holdout: float,
+                        split_seed: int) -> None:
     """Answer and score the labeled file once into ``run_dir`` with ``eval``'s machinery
-    (a second call reads the cache)."""
+    (a second call reads the cache). Each distinct question is answered once, and every
+    refusal the check would make after generating (too few questions, repeated ids under
+    --holdout, records without passages) is made before the model loads."""
     from trustmargin_integrations.cli.evaluate import _check_options, _evaluate, _source
+    from trustmargin_integrations.evaluation.check_run import check_plan
     from trustmargin_integrations.evaluation.datasets import load_examples
+    from trustmargin_integrations.evaluation.distinct import Distinct
+    from trustmargin_integrations.evaluation.runner import PrecomputedPassages
 
     settings = _check_options(
         model=model, limit=None, top_k=top_k, batch_size=batch_size, dtype=dtype,
@@ -110,15 +132,17 @@ def _generate_and_score(labeled: Path, run_dir: Path, *, corpus: Path | None,
     if not examples:
         raise InvalidInputError(str(labeled), "holds no questions",
                                 "label a few dozen to a few hundred questions of your domain")
+    distinct = Distinct.of([e.question for e in examples])
+    repeats = distinct.warning([e.id for e in examples])
+    if repeats:
+        typer.echo(f"warning: {shown(repeats)}", err=True)
+    examples = [examples[i] for i in distinct.kept]
+    check_plan([e.dataset for e in examples], [e.id for e in examples], folds=folds,
+               holdout=holdout, split_seed=split_seed, where=str(labeled))
     if corpus is not None or index is not None:
         source = _source("bm25", labeled.stem, None, corpus, index, None)
-    elif any(e.passages is None for e in examples):
-        missing = next(e for e in examples if e.passages is None)
-        raise InvalidInputError(f"{labeled.name}: record {missing.id!r}.passages", "is missing",
-                                "give every record its passages, or pass --corpus FILE or "
-                                "--index DIR to retrieve them with BM25")
     else:
-        from trustmargin_integrations.evaluation.runner import PrecomputedPassages
-
-        source = PrecomputedPassages()
+        source = PrecomputedPassages("give every record non-blank passages, or pass "
+                                     "--corpus FILE or --index DIR to retrieve them with BM25")
+        source.check(examples)
     _evaluate(settings, [(labeled.stem, examples, examples, source)])

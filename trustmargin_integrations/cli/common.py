@@ -55,6 +55,14 @@ def calibration_option(value: Any, model: str, config: dict[str, Any]) -> Any:
     return Calibration.coerce(value, model=model)
 
 
+def calibration_path(value: str | None) -> Path | None:
+    """The file a --calibration option reads (None without one, or for 'shipped'), so that
+    the output guard never lets a command write over it."""
+    from trustmargin_integrations.calibration import SHIPPED
+
+    return None if value is None or value == SHIPPED else Path(value)
+
+
 def config_from_options(**values: Any) -> TrustMarginConfig:
     """The config, with a bad option reported as the option the user typed."""
     try:

@@ -9,8 +9,14 @@ import typer
 from rich.table import Table
 
 from trustmargin_integrations.cli.app import command, console
-from trustmargin_integrations.cli.boundary import printable
-from trustmargin_integrations.cli.common import load_arbiter, shorten, signed, write_jsonl
+from trustmargin_integrations.cli.boundary import printable, shown_markup
+from trustmargin_integrations.cli.common import (
+    calibration_path,
+    load_arbiter,
+    shorten,
+    signed,
+    write_jsonl,
+)
 from trustmargin_integrations.cli.options import (
     CalibrationOpt,
     DeviceOpt,
@@ -38,6 +44,10 @@ def demo(
         summarize,
     )
 
+    if output is not None:
+        from trustmargin_integrations.evaluation.rundir import guard_output
+
+        guard_output(output, "--output", inputs={"--calibration": calibration_path(calibration)})
     tm = load_arbiter(model, device, dtype, top_k=top_k, calibration=calibration)
     rows = run_demo(tm, limit=limit, top_k=top_k)
     console.print(_decisions_table(rows, f"TrustMargin demo ({printable(tm.backend.model_id)}, "
@@ -54,7 +64,7 @@ def demo(
         console.print(f"[yellow]{CROSS_DOMAIN_WARNING}[/]")
     if output:
         write_jsonl(output, [r.decision.model_dump(mode="json") for r in rows])
-        console.print(f"decisions written to {printable(str(output))}")
+        console.print(f"decisions written to {shown_markup(str(output))}")
 
 
 def _decisions_table(rows: list[Any], title: str) -> Table:

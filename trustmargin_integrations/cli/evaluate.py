@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from trustmargin_integrations.cli.app import command
+from trustmargin_integrations.cli.boundary import shown
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.datasets import (
     NAMED_DATASETS,
@@ -115,6 +116,10 @@ def eval_command(
         noise_seed=noise_seed, noise_corpus=noise_corpus, pipeline=pipeline,
         pipeline_limit=pipeline_limit, pipeline_corpus=pipeline_corpus)
     data_dir = data_dir or (Path(os.environ[DATA_ENV]) if os.environ.get(DATA_ENV) else None)
+    _guard_run_files(settings.run_dir, report, {
+        **{f"--dataset {name}": Path(name) for name in dataset if Path(name).is_file()},
+        "--corpus": corpus, "--noise-corpus": noise_corpus,
+        "--pipeline-corpus": pipeline_corpus})
     # Data and retrieval are checked before the (slow) model load.
     plans = []
     for name in dataset:
@@ -124,12 +129,26 @@ def eval_command(
                                     "pass a dataset file with at least one question")
         examples = all_examples[:limit] if limit else all_examples
         source = _source(retrieval, name, data_dir, corpus, index, retriever)
+        if isinstance(source, PrecomputedPassages):
+            source.check(examples)
         plans.append((name, all_examples, examples, source))
     _evaluate(settings, plans)
     if report:
         from trustmargin_integrations.evaluation.report import build_report
 
-        typer.echo(f"report: {build_report(settings.run_dir)}")
+        typer.echo(f"report: {shown(str(build_report(settings.run_dir)))}")
+
+
+def _guard_run_files(run_dir: Path, report: bool, inputs: dict[str, Path | None]) -> None:
+    """The output guard on every file ``eval`` writes in its run directory (it owns them):
+    none may be a file the run reads, a link, a directory or a special file."""
+    from trustmargin_integrations.evaluation.report.build import report_files
+    from trustmargin_integrations.evaluation.rundir import run_files
+    from trustmargin_integrations.files import check_output
+
+    reads = {option: path for option, path in inputs.items() if path is not None}
+    for path in [*run_files(run_dir), *(report_files(run_dir) if report else ())]:
+        check_output(path, "--run-dir", inputs=reads)
 
 
 def _check_options(*, model: str, limit: int | None, top_k: int, batch_size: int,
@@ -150,12 +169,12 @@ def _check_options(*, model: str, limit: int | None, top_k: int, batch_size: int
             raise InvalidInputError(name, f"must be >= 1, got {value}", f"pass {name} 1 or more")
     if limit is not None and limit < 1:
         raise InvalidInputError("--limit", f"must be >= 1, got {limit}", "omit it for all")
-    try:
-        levels = ([int(x) for x in noise_levels.split(",") if x.strip()] if noise_levels
-                  else list(range(top_k + 1)))
-    except ValueError as exc:
+    items = [x.strip() for x in noise_levels.split(",") if x.strip()]
+    # Digits only: int() would read "1_0" as 10 and "+1" as 1.
+    if not all(x.isascii() and x.isdigit() for x in items):
         raise InvalidInputError("--noise-levels", f"{noise_levels!r} is not a list of integers",
-                                "e.g. --noise-levels 0,1,2,3") from exc
+                                "e.g. --noise-levels 0,1,2,3")
+    levels = [int(x) for x in items] if noise_levels else list(range(top_k + 1))
     if any(not 0 <= lv <= top_k for lv in levels):
         raise InvalidInputError("--noise-levels", f"levels must be within 0..{top_k}",
                                 "replace at most --top-k passages")
@@ -188,7 +207,8 @@ def _evaluate(settings: _Settings,
     command_line = shlex.join(["trustmargin", *sys.argv[1:]])
     for name, all_examples, examples, source in plans:
         typer.echo(f"{name}: {len(examples)} questions, {source.name} top-{s.top_k}, "
-                   f"model {tm.backend.model_id} ({model_dtype(tm)}), run dir {s.run_dir}")
+                   f"model {tm.backend.model_id} ({model_dtype(tm)}), run dir "
+                   f"{shown(str(s.run_dir))}")
         records = run_eval(tm, examples, store, source=source, top_k=s.top_k,
                            batch_size=s.batch_size)
         info = {"model": tm.backend.model_id, "dtype": model_dtype(tm), "retrieval": source.name,

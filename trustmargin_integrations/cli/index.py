@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from trustmargin_integrations.cli.app import command, console
-from trustmargin_integrations.cli.boundary import printable
+from trustmargin_integrations.cli.boundary import shown_markup
 from trustmargin_integrations.cli.options import EsIndexOpt, EsUrlOpt
 from trustmargin_integrations.errors import InvalidInputError
 
@@ -34,14 +34,18 @@ def index_cmd(
         from trustmargin_integrations.retrieval.elasticsearch import index_command
 
         report = index_command(corpus, elasticsearch, index=es_index, recreate=recreate)
-        console.print(f"indexed {report.indexed} passages into {printable(report.index)} "
+        console.print(f"indexed {report.indexed} passages into {shown_markup(report.index)} "
                       f"({report.failed} failed) in {report.seconds:.1f} s")
         return
     assert out is not None
+    # Checked before the corpus is read and indexed, which can take minutes.
     if out.exists() and not out.is_dir():
-        # Checked before the corpus is read and indexed, which can take minutes.
         raise InvalidInputError("--out", f"{out} is a file, not a directory",
                                 "pass a new or existing directory for the index")
+    from trustmargin_integrations.evaluation.rundir import guard_output
+
+    for path in BM25Index.files(out):
+        guard_output(path, "--out", inputs={"--corpus": corpus})
     built = BM25Index.from_corpus(corpus, show_progress=True)
     built.save(out)
-    console.print(f"indexed {len(built)} passages into {printable(str(out))}")
+    console.print(f"indexed {len(built)} passages into {shown_markup(str(out))}")

@@ -8,9 +8,8 @@ from typing import Annotated
 import typer
 
 from trustmargin_integrations.cli.app import command
-from trustmargin_integrations.cli.boundary import plain
-from trustmargin_integrations.cli.common import check_run_dir
-from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.cli.boundary import shown
+from trustmargin_integrations.cli.common import calibration_path, check_run_dir
 
 
 @command()
@@ -24,11 +23,13 @@ def report(
              "outside its fit.")] = None,
 ) -> None:
     """Write the Markdown report (tables, diagnostics, PNG plots) of a run directory."""
-    from trustmargin_integrations.evaluation.report import build_report
+    from trustmargin_integrations.evaluation.report.build import build_report, report_files
+    from trustmargin_integrations.evaluation.rundir import guard_output
 
+    # The report and its summary (the figures beside them go through the writer's checks).
+    for path in report_files(run_dir, out):
+        guard_output(path, "--out", inputs={"--calibration": calibration_path(calibration)},
+                     run_dir=run_dir)
     check_run_dir(run_dir)
-    if out is not None and out.is_dir():
-        raise InvalidInputError("--out", f"{out} is a directory",
-                                "pass a file path, e.g. --out DIR/report.md")
     path = build_report(run_dir, out, title=title, calibration=calibration)
-    typer.echo(f"report: {plain(str(path))}")
+    typer.echo(f"report: {shown(str(path))}")

@@ -8,9 +8,10 @@ from typing import Annotated
 import typer
 
 from trustmargin_integrations.cli.app import command, console
-from trustmargin_integrations.cli.boundary import printable
+from trustmargin_integrations.cli.boundary import shown_markup
 from trustmargin_integrations.cli.common import (
     calibration_option,
+    calibration_path,
     config_from_options,
     load_arbiter,
     rule_options,
@@ -70,7 +71,7 @@ def score(
 
     def told(reused: int, todo: int) -> None:
         if reused:
-            console.print(f"resuming: {reused} decisions reused from {printable(str(output))}"
+            console.print(f"resuming: {reused} decisions reused from {shown_markup(str(output))}"
                           f".cache, {todo} to compute")
 
     report = run_score(
@@ -79,7 +80,16 @@ def score(
                              remote_model=remote_model, concurrency=concurrency,
                              batch_size=batch_size, include_prompts=include_prompts,
                              calibration=fitted, **rule),
-        batch_size=batch_size, on_reuse=told,
+        batch_size=batch_size, on_reuse=told, calibration=calibration_path(calibration),
+        numerics=None if remote_url else lambda: _threads(device),
     )
-    console.print(f"{report.records} decisions in {printable(str(report.output))} "
+    console.print(f"{report.records} decisions in {shown_markup(str(report.output))} "
                   f"({report.computed} computed, {report.reused} reused)")
+
+
+def _threads(device: str | None) -> dict[str, int]:
+    """The local model's CPU thread count as a key setting (nothing on a GPU)."""
+    from trustmargin_integrations.backends.loading import cpu_threads
+
+    threads = cpu_threads(device)
+    return {} if threads is None else {"threads": threads}

@@ -30,6 +30,7 @@ from trustmargin_integrations.evaluation.calibration import (
     comparison_result,
     cross_validate,
     held_out_comparison,
+    require_unique_ids,
     split_holdout,
 )
 from trustmargin_integrations.evaluation.diagnostics import (
@@ -38,24 +39,41 @@ from trustmargin_integrations.evaluation.diagnostics import (
     Scored,
     score_records,
 )
+from trustmargin_integrations.evaluation.distinct import Distinct
 from trustmargin_integrations.evaluation.rundir import DatasetRun, load_run
 
 
 @dataclass(frozen=True)
 class LoadedRun:
     """A run directory read and its records scored once, for callers that need the same
-    records twice (the domain check fits the rule here, then chooses its policy)."""
+    records twice (the domain check fits the rule here, then chooses its policy).
+
+    ``scored`` holds each distinct question once (:mod:`.distinct`): a later copy of a
+    question, in its own dataset or another, is collapsed into the first, so nothing fitted,
+    split or resampled counts it twice; ``repeats`` is the warning naming the copies (None
+    when there were none).
+    """
 
     name: str
     runs: list[DatasetRun]
     scored: dict[str, list[Scored]]
+    repeats: str | None = None
 
     @classmethod
     def read(cls, run_dir: str | Path) -> LoadedRun:
         """Read ``run_dir`` (written by ``trustmargin eval``) and score every record."""
         runs = load_run(run_dir)
+        every = [(r.name, s) for r in runs for s in score_records(r.records)]
+        distinct = Distinct.of([s.decision.question for _, s in every])
+        scored: dict[str, list[Scored]] = {r.name: [] for r in runs}
+        for position in distinct.kept:
+            name, item = every[position]
+            scored[name].append(item)
+        # Copies of one cached result share its Decision; the manifest's ids tell them apart.
+        ids = [f"{r.name}:{rec.example.id}" for r in runs for rec in r.records]
         return cls(Path(run_dir).resolve().name, runs,
-                   {r.name: score_records(r.records) for r in runs})
+                   {name: items for name, items in scored.items() if items},
+                   distinct.warning(ids))
 
 
 def calibrate_run(
@@ -89,16 +107,14 @@ def calibrate_run(
     problem = Problem(scored, objective, lambdas, taus)
     names = [problem.dataset_names[d] for d in problem.dataset]
     keep = split_holdout(names, holdout, split_seed)
+    ids = [str(s.decision.id) for s in problem.scored]
+    require_unique_ids(ids, holdout, "run_dir", "evaluate with `trustmargin eval` (it sets "
+                       "dataset:test_id ids)")
     fit_on = [q for q in range(len(problem)) if keep[q]]
     held = [q for q in range(len(problem)) if not keep[q]]
     cv = cross_validate(problem, folds, seed, resamples, fit_on) if folds else None
     final = problem.fit(fit_on)
     decisions = [rec.decision for r in runs for rec in r.records]
-    ids = [str(s.decision.id) for s in problem.scored]
-    if holdout and len(set(ids)) != len(ids):
-        raise InvalidInputError("run_dir", "holds questions without unique ids, so the "
-                                "held-out questions cannot be named",
-                                "evaluate with `trustmargin eval` (it sets dataset:test_id ids)")
     info = [r.info for r in runs]
     modes = sorted({str(i["retrieval"]) for i in info if i.get("retrieval")})
     top_ks = {int(i["top_k"]) for i in info if i.get("top_k") is not None}

@@ -219,6 +219,20 @@ def split_holdout(datasets: Sequence[str], holdout: float, seed: int) -> list[bo
     return keep
 
 
+def require_unique_ids(ids: Sequence[str], holdout: float, where: str, fix: str) -> None:
+    """Under a hold-out split the calibration file lists the ids it was fitted on, so an id
+    that repeats would name a held-out question as a fitted one: refuse it (checked before
+    anything is fitted, and by ``trustmargin check`` before anything is generated)."""
+    if not holdout:
+        return
+    seen: set[str] = set()
+    for ident in ids:
+        if ident in seen:
+            raise InvalidInputError(where, f"holds the id {ident!r} more than once, so the "
+                                    "held-out questions cannot be named", fix)
+        seen.add(ident)
+
+
 @dataclass(frozen=True)
 class FoldFit:
     """One fold's fit and the questions it was trained and scored on."""

@@ -8,6 +8,7 @@ The generation and scoring that fill the run directory are ``trustmargin eval``'
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from trustmargin_integrations.calibration import Calibration, ComparisonResult, Objective
@@ -21,6 +22,7 @@ from trustmargin_integrations.evaluation.calibration import (
     CV_METHODS,
     compare_on,
     comparison_result,
+    require_unique_ids,
     split_holdout,
 )
 from trustmargin_integrations.evaluation.policy import (
@@ -29,15 +31,41 @@ from trustmargin_integrations.evaluation.policy import (
     Criterion,
     PolicyTable,
 )
-from trustmargin_integrations.evaluation.policy_check import PolicyCheckResult, check_policy
+from trustmargin_integrations.evaluation.policy_check import (
+    PolicyCheckResult,
+    check_policy,
+    require_questions,
+)
 from trustmargin_integrations.policies import POLICY_KINDS, Policy
 
 
-def check_run(run_dir: str | Path, *, objective: Objective = "f1", folds: int = DEFAULT_FOLDS,
-              seed: int = 0, resamples: int = DEFAULT_RESAMPLES,
+def check_plan(datasets: Sequence[str], ids: Sequence[str], *, folds: int, holdout: float,
+               split_seed: int, where: str = "questions",
+               id_fix: str = "give every labeled question its own id") -> None:
+    """Refuse questions the check cannot use, before anything is generated or fitted: too few
+    distinct questions for the nested cross-validation (after the hold-out), a dataset the
+    hold-out would leave with nothing to fit or test, or, under a hold-out, ids that repeat.
+
+    Args:
+        datasets: each distinct question's dataset, in order.
+        ids: each distinct question's id, in order.
+        folds: folds of both cross-validation levels.
+        holdout: share of each dataset set aside (0: none).
+        split_seed: seed of the hold-out split.
+        where: the field an error names (the labeled file, or the run directory).
+        id_fix: how to fix a repeated id.
+    """
+    keep = split_holdout(datasets, holdout, split_seed)
+    require_questions(sum(keep), folds, where)
+    require_unique_ids(ids, holdout, where, id_fix)
+
+
+def check_run(run_dir: str | Path | LoadedRun, *, objective: Objective = "f1",
+              folds: int = DEFAULT_FOLDS, seed: int = 0, resamples: int = DEFAULT_RESAMPLES,
               criterion: Criterion = DEFAULT_CRITERION, holdout: float = 0.0,
               split_seed: int = 0) -> tuple[PolicyCheckResult, Calibration]:
-    """Choose the policy on a run directory's questions, and its calibration file.
+    """Choose the policy on a run directory's distinct questions (``run_dir`` may be one
+    already read), and its calibration file.
 
     The file's ``lambda_bind`` and ``tau`` are the chosen policy's numbers where it has them,
     else the rule fitted on the same questions (what ``trustmargin calibrate`` fits); its
@@ -48,9 +76,15 @@ def check_run(run_dir: str | Path, *, objective: Objective = "f1", folds: int = 
     saw and records the chosen policy's scores on the held-out questions against the paper's
     rule and both single sources (``held_out``, "calibrated" being the chosen policy).
     """
+    # Each distinct question once (LoadedRun): repeats would fake a significant verdict.
+    loaded = run_dir if isinstance(run_dir, LoadedRun) else LoadedRun.read(run_dir)
+    table_names = [name for name, items in loaded.scored.items() for _ in items]
+    check_plan(table_names, [str(s.decision.id) for items in loaded.scored.values()
+                             for s in items], folds=folds, holdout=holdout,
+               split_seed=split_seed, where="run_dir",
+               id_fix="evaluate with `trustmargin eval` (it sets dataset:test_id ids)")
     # The provenance (model, prompts, retrieval, fitted-on ids, the split) and the rule fit
     # are calibrate's; folds=0 skips its own cross-validation, which the check replaces.
-    loaded = LoadedRun.read(run_dir)
     base, _ = calibrate_run(loaded, objective=objective, folds=0, seed=seed,
                             resamples=resamples, holdout=holdout, split_seed=split_seed)
     table = PolicyTable(loaded.scored, objective)

@@ -124,18 +124,14 @@ def _passages(record: dict[str, Any], where: str, ident: str) -> tuple[Passage, 
 def _records(file: Path) -> list[tuple[str, Any]]:
     """``(where, record)`` of a JSON list file (``name[i]``) or a JSONL file (``name:LINE``,
     1-based; blank lines skipped), so that an error names the record it is about."""
-    text = file.read_text(encoding="utf-8")
-    if file.suffix.lower() == ".jsonl":
-        out = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            where = f"{file.name}:{number}"
-            out.append((where, strict_json.loads(line, where, "give one JSON object "
-                                                 "{question, answer, passages} per line")))
-        return out
-    data = strict_json.loads(text, str(file), "give a JSON list of {test_id, question, "
-                             "answer} records (or a .jsonl file, one record per line)")
+    if strict_json.is_jsonl(file):
+        return [(f"{file.name}:{number}",
+                 strict_json.loads(line, f"{file.name}:{number}", "give one JSON object "
+                                   "{question, answer, passages} per line"))
+                for number, line in strict_json.lines(file, file.name)]
+    data = strict_json.load_document(file, str(file), "give a JSON list of {test_id, "
+                                     "question, answer} records (or a .jsonl file, one "
+                                     "record per line)")
     if isinstance(data, dict):
         return _llama_index_records(data, file)
     if not isinstance(data, list):

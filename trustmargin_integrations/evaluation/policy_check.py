@@ -136,6 +136,16 @@ class PolicyCheckResult(BaseModel):
     verdict: str
 
 
+def require_questions(n: int, folds: int, where: str = "questions") -> None:
+    """Refuse fewer questions than ``folds``-fold nested cross-validation needs (checked by
+    ``trustmargin check`` before anything is generated, and here)."""
+    if n < 2 * folds:
+        # The outer training part must still deal every inner fold a question.
+        raise InvalidInputError(where, f"{n} distinct labeled questions are too few for "
+                                f"{folds}-fold nested cross-validation (it needs "
+                                f"{2 * folds})", f"label at least {ENOUGH_QUESTIONS} questions")
+
+
 def check_policy(table: PolicyTable, index: Sequence[int] | None = None, *,
                  folds: int = DEFAULT_FOLDS, seed: int = 0,
                  criterion: Criterion = DEFAULT_CRITERION,
@@ -153,11 +163,7 @@ def check_policy(table: PolicyTable, index: Sequence[int] | None = None, *,
         selection_resamples: resamples behind each outer fold's decision.
     """
     pool = list(range(len(table))) if index is None else [int(q) for q in index]
-    if len(pool) < 2 * folds:
-        # The outer training part must still deal every inner fold a question.
-        raise InvalidInputError("questions", f"{len(pool)} labeled questions are too few for "
-                                f"{folds}-fold nested cross-validation",
-                                f"label at least {ENOUGH_QUESTIONS} questions")
+    require_questions(len(pool), folds)
     final = select_policy(table, pool, folds=folds, seed=seed, resamples=resamples)
     nested = _nested_estimate(table, pool, final, folds=folds, seed=seed, criterion=criterion,
                               resamples=resamples, selection_resamples=selection_resamples)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from trustmargin_integrations.arbiter import TrustMargin
+from trustmargin_integrations.backends.loading import cpu_threads
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.datasets import EvalExample
 from trustmargin_integrations.evaluation.records import (
@@ -65,20 +66,30 @@ class PassageSource(Protocol):
 
 
 class PrecomputedPassages:
-    """Mode (a): the passages shipped with the dataset, cut to the first ``k``."""
+    """Mode (a): the passages shipped with the dataset, cut to the first ``k``.
+
+    Args:
+        fix: how the command that uses it gets passages another way (the error's fix when an
+            example ships none).
+    """
 
     name = "precomputed"
 
-    def fetch(self, examples: Sequence[EvalExample], k: int) -> list[tuple[list[Passage], float]]:
-        """The first ``k`` shipped passages of each example (no retrieval time)."""
-        out = []
+    def __init__(self, fix: str = "use --retrieval bm25 with --corpus, or a dataset that "
+                                  "ships passages") -> None:
+        self.fix = fix
+
+    def check(self, examples: Sequence[EvalExample]) -> None:
+        """Refuse an example without a non-blank passage (called before the model loads)."""
         for ex in examples:
             if not ex.passages:
-                raise InvalidInputError(f"{ex.dataset}[{ex.id}].passages", "are missing",
-                                        "use --retrieval bm25 with --corpus, or a dataset that "
-                                        "ships passages")
-            out.append((list(ex.passages[:k]), 0.0))
-        return out
+                raise InvalidInputError(f"{ex.dataset}[{ex.id}].passages",
+                                        "are missing or all blank", self.fix)
+
+    def fetch(self, examples: Sequence[EvalExample], k: int) -> list[tuple[list[Passage], float]]:
+        """The first ``k`` shipped passages of each example (no retrieval time)."""
+        self.check(examples)
+        return [(list((ex.passages or ())[:k]), 0.0) for ex in examples]
 
 
 class RetrieverPassages:
@@ -113,10 +124,13 @@ class RunSettings:
     max_new_tokens: int
     max_context_tokens: int
     skip_scoring_when_agree: bool
+    threads: int | None = None
+    """CPU threads of a local model on CPU (:func:`~..backends.loading.cpu_threads`); None
+    on a GPU or a server, and then left out of the key."""
 
     def as_dict(self) -> dict[str, Any]:
         """Plain mapping (part of the cache key)."""
-        return dict(self.__dict__)
+        return {k: v for k, v in self.__dict__.items() if not (k == "threads" and v is None)}
 
 
 def model_dtype(tm: TrustMargin) -> str:
@@ -130,10 +144,12 @@ def settings_for(tm: TrustMargin, *, top_k: int, dtype: str | None, retrieval: s
                  ) -> RunSettings:
     """The key-relevant settings of a run with ``tm`` (dtype defaults to the model's)."""
     cfg = tm.config
+    device = getattr(tm.backend, "device", None)  # a local model's; a server has none
     return RunSettings(top_k=top_k, dtype=dtype or model_dtype(tm), retrieval=retrieval,
                        max_new_tokens=cfg.max_new_tokens,
                        max_context_tokens=cfg.max_context_tokens,
-                       skip_scoring_when_agree=cfg.skip_scoring_when_agree)
+                       skip_scoring_when_agree=cfg.skip_scoring_when_agree,
+                       threads=None if device is None else cpu_threads(device))
 
 
 @dataclass

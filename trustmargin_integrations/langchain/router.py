@@ -17,6 +17,7 @@ from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.langchain.decisions import Output, describe_decision, shape_output
 from trustmargin_integrations.langchain.inputs import TrustMarginInput, core_input
+from trustmargin_integrations.policies import Policy
 from trustmargin_integrations.schema import Decision
 
 MARGINS_EVENT = "trustmargin_margins"
@@ -60,6 +61,17 @@ def _arbiter(tm: TrustMargin, config: RunnableConfig | None, defaults: Mapping[s
             update[key] = value
     if not update:
         return tm
+    # A value the arbiter's policy never consults (tau under always-Direct, lambda_bind
+    # under a one-margin rule) would be recorded in the Decision as if it had decided.
+    policy = Policy.from_setting(tm.config.policy, tm.config.lambda_bind, tm.config.tau)
+    for key in update:
+        if key not in policy.setting:
+            field = f"configurable.{key}" if configurable.get(key) is not None else key
+            raise InvalidInputError(field, f"is ignored by the arbiter's policy "
+                                    f"{policy.label!r}, which does not use {key} (the "
+                                    f"Decision would record {key}={update[key]!r} while the "
+                                    "policy decided)", f"drop {key}, or use an arbiter whose "
+                                    "policy is the margin rule (config policy='rule')")
     try:
         # model_validate, not model_copy(update=...): a NaN tau must be refused, not applied.
         cfg = TrustMarginConfig.model_validate({**tm.config.model_dump(), **update})

@@ -21,6 +21,9 @@ from trustmargin_integrations.schema import Passage
 from trustmargin_integrations.validation import check_k, check_queries
 
 _META = "trustmargin_passages.json"
+# What bm25s.BM25.save writes into the folder (its default names), besides our passages.
+_BM25S_FILES = ("data.csc.index.npy", "indices.csc.index.npy", "indptr.csc.index.npy",
+                "vocab.index.json", "params.index.json", "nonoccurrence_array.index.npy")
 _GPU_FRAMEWORKS = ("jax", "jax.lax")
 
 
@@ -109,6 +112,11 @@ class BM25Index:
         from trustmargin_integrations.retrieval.corpus import load_corpus
 
         return cls.build(load_corpus(path), show_progress=show_progress)
+
+    @staticmethod
+    def files(directory: str | Path) -> list[Path]:
+        """The files :meth:`save` writes into ``directory`` (for the output guard)."""
+        return [Path(directory) / name for name in (*_BM25S_FILES, _META)]
 
     def save(self, directory: str | Path) -> Path:
         """Write the index and its passages to ``directory``."""

@@ -10,16 +10,12 @@ from trustmargin_integrations.schema import Passage
 
 
 def _records(path: Path) -> list[object]:
-    text = strict_json.read_text(path)
-    if path.suffix == ".jsonl":
-        out = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                out.append(strict_json.loads(line, f"{path}:{n}",
-                                             "write one JSON object per line"))
-        return out
-    data = strict_json.loads(text, str(path),
-                             "give a JSON list of {title, text} objects or a .jsonl file")
+    if strict_json.is_jsonl(path):
+        return [strict_json.loads(line, f"{path}:{n}", "write one JSON object per line")
+                for n, line in strict_json.lines(path)]
+    data = strict_json.load_document(path, str(path),
+                                     "give a JSON list of {title, text} objects or a .jsonl "
+                                     "file")
     if isinstance(data, dict):
         data = data.get("passages", data.get("corpus", data.get("data")))
     if not isinstance(data, list):

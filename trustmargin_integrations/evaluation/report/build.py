@@ -25,6 +25,19 @@ from trustmargin_integrations.files import write_text_atomic
 if TYPE_CHECKING:
     from trustmargin_integrations.calibration import Calibration
 
+REPORT_FILE = "report.md"
+"""The report's default name in the run directory."""
+SUMMARY_FILE = "summary.json"
+"""The same numbers as JSON, beside the report."""
+
+
+def report_files(run_dir: str | Path, out: str | Path | None = None) -> tuple[Path, Path]:
+    """Where :func:`build_report` writes the report and its summary (the figures go beside
+    them)."""
+    report = Path(out) if out else Path(run_dir) / REPORT_FILE
+    return report, report.parent / SUMMARY_FILE
+
+
 # The report's sections, in reading order.
 SECTIONS: tuple[Callable[[RunView], Section], ...] = (
     setup.setup,
@@ -60,7 +73,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None,
 
         models = {rec.decision.model_id for r in runs for rec in r.records}
         fitted = Calibration.coerce(calibration, model=next(iter(models), None))
-    report = Path(out) if out else Path(run_dir) / "report.md"
+    report, summary_file = report_files(run_dir, out)
     folder = report.parent
     folder.mkdir(parents=True, exist_ok=True)
     view = RunView.of(runs, folder, fitted)
@@ -73,7 +86,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None,
         for name, entries in section.per_dataset.items():
             summary["datasets"].setdefault(name, {}).update(entries)
     _add_tables(summary, view)
-    write_text_atomic(folder / "summary.json", json.dumps(summary, indent=1))
+    write_text_atomic(summary_file, json.dumps(summary, indent=1))
     write_text_atomic(report, "\n".join(lines) + "\n")
     return report
 
