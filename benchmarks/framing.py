@@ -46,7 +46,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[FramingRow]]:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
 
-    tm = TrustMargin.from_pretrained(args.model, dtype=args.dtype)
+    # The paper's rule (calibration=None), not a shipped policy: this measures the rule.
+    tm = TrustMargin.from_pretrained(args.model, dtype=args.dtype, calibration=None)
     questions = []
     for name in args.dataset or ["cwq", "2wiki", "hotpotqa"]:
         examples = first_of_each_type(load_dataset(name, args.data_dir), args.limit,

@@ -125,15 +125,17 @@ def _shared_questions(per_dataset: int) -> list[tuple[str, list[str]]]:
     return out
 
 
-def test_framing_invariance_on_the_shared_dev_sets(tm: TrustMargin) -> None:
-    """The issue's bound: across framings the framed decision keeps the bare pair's side in at
-    least 90% of the pairs away from near-ties, and never claims agreement."""
-    pairs = disagreements(tm, _shared_questions(12))
-    assert len(pairs) >= 10, "too few strict disagreements to measure anything"
+def test_framing_invariance_on_the_shared_dev_sets(backend: object) -> None:
+    """The bound: across 14 framings the framed decision keeps the bare pair's side in at
+    least 90% of the pairs away from near-ties, and never claims agreement. (A 256-token
+    context keeps this test quick; benchmarks/framing.py measures the full setting.)"""
+    tm = TrustMargin(backend, TrustMarginConfig(max_context_tokens=256))  # type: ignore[arg-type]
+    pairs = disagreements(tm, _shared_questions(8))
+    assert len(pairs) >= 8, "too few strict disagreements to measure anything"
     _, rows = invariance(tm, pairs)
     assert [r.framing for r in rows] == list(FRAMINGS)
     assert all(r.agree == 0 for r in rows), {r.framing: r.agree for r in rows if r.agree}
     kept = sum(r.kept_side for r in rows)
     compared = sum(r.compared for r in rows)
-    assert compared >= 5 * len(rows)
+    assert compared >= 4 * len(rows)
     assert kept / compared >= 0.9, {r.framing: f"{r.kept_side}/{r.compared}" for r in rows}

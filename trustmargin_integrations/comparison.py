@@ -20,7 +20,9 @@ texts themselves, with no list of phrases in any language (:func:`differential`)
 
 Later differences are consequences of the first (an answer restated at the end, a reason that
 follows from it) and are not compared: they would add near-certain tokens that dilute the
-length-normalized margins (:data:`HUNKS` ``"all"`` keeps them, for measurement).
+length-normalized margins. Where the two texts are framed differently (one lead-in on each
+side), the first replaced stretch can be the framing itself: that is what the ``extract`` form
+(:mod:`~trustmargin_integrations.arbiter.comparisons`) is for.
 
 The compared parts are character spans of the texts, recorded in the Decision, so anyone can
 see what decided.
@@ -33,17 +35,12 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
-from typing import Literal
 
 from trustmargin_integrations.answers import normalize_answer
 
 # Ideographic scripts write words without spaces: each character is a word there.
 _IDEOGRAPH = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 _WORD = re.compile(rf"[{_IDEOGRAPH}]|[^\W{_IDEOGRAPH}]+", re.UNICODE)
-
-Hunks = Literal["first", "all"]
-HUNKS: tuple[Hunks, ...] = ("first", "all")
-
 
 @dataclass(frozen=True)
 class Span:
@@ -82,7 +79,7 @@ def words(text: str) -> list[Word]:
     return out
 
 
-def differential(direct: str, rag: str, hunks: Hunks = "first") -> Comparison:
+def differential(direct: str, rag: str) -> Comparison:
     """Align two texts by their words and say what is compared (see the module docstring).
 
     A text with no word has nothing to compare: both lists of spans are empty and the texts
@@ -101,13 +98,9 @@ def differential(direct: str, rag: str, hunks: Hunks = "first") -> Comparison:
         # Only additions on one side: the first one, widened by a shared neighbour word.
         changed = [_widened(next(op for op in opcodes if op[0] != "equal"), len(left),
                             len(right))]
-    if hunks == "first":
-        changed = changed[:1]
-    return Comparison(
-        agree=False,
-        direct=tuple(Span(left[i1].start, left[i2 - 1].end) for _, i1, i2, _, _ in changed),
-        rag=tuple(Span(right[j1].start, right[j2 - 1].end) for _, _, _, j1, j2 in changed),
-    )
+    _, i1, i2, j1, j2 = changed[0]
+    return Comparison(agree=False, direct=(Span(left[i1].start, left[i2 - 1].end),),
+                      rag=(Span(right[j1].start, right[j2 - 1].end),))
 
 
 def _widened(op: tuple[str, int, int, int, int], n_left: int, n_right: int

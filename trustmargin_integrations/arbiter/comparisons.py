@@ -18,6 +18,7 @@ from trustmargin_integrations.backends.base import ModelSession
 from trustmargin_integrations.comparison import Span, differential, scored_text, words
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.prompts import extract_prompt
+from trustmargin_integrations.schema import CompareForm
 
 # A stated short answer is a phrase: a few tokens, never the whole text again.
 EXTRACT_MAX_NEW_TOKENS = 16
@@ -39,7 +40,7 @@ Scored = tuple[Piece, ...]
 class Compared:
     """One pair's compared form: agreement, what each side scores, and the audit record."""
 
-    form: str
+    form: CompareForm
     agree: bool
     direct: Scored
     rag: Scored
@@ -49,7 +50,7 @@ class Compared:
     rag_spans: tuple[Span, ...] | None = None
 
 
-def whole(form: str, direct: str, rag: str) -> Compared:
+def whole(form: CompareForm, direct: str, rag: str) -> Compared:
     """Both texts scored whole (the paper's scoring of two short answers)."""
     return Compared(form, answers_agree(direct, rag), (Piece("", direct),), (Piece("", rag),),
                     direct, rag)

@@ -1,0 +1,106 @@
+"""The scoring forms of a chain's texts other than the default: 'extract' (the model states the
+short answer each text gives, checked to occur in it) and the legacy 'sentence'. Real embedded
+model; the spy only records the calls the real backend receives."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from trustmargin_integrations import TrustMargin, TrustMarginConfig
+from trustmargin_integrations.arbiter.comparisons import stated_in
+from trustmargin_integrations.backends.hf import HFBackend
+from trustmargin_integrations.prompts import EXTRACT_TEMPLATE
+
+QUESTION = "In which district of Velmora does the Kessel bridge stand?"
+PASSAGES = ["The Kessel bridge, finished in 1911, stands in the Weststadt district of Velmora.",
+            "Velmora has two districts on the river: Oststadt and Weststadt."]
+DIRECT = "Bien sûr ! The Kessel bridge stands in Oststadt."
+RAG = "Bien sûr ! The Kessel bridge stands in Weststadt."
+
+
+class GenerationSpy:
+    """The real backend, with its generate calls recorded (everything else passes through)."""
+
+    def __init__(self, backend: HFBackend) -> None:
+        self._backend = backend
+        self.generated: list[list[str]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    def session(self) -> Any:
+        spy = self
+
+        class _Session:
+            def __enter__(self) -> Any:
+                self.scope = spy._backend.session()
+                self.inner = self.scope.__enter__()
+                return self
+
+            def __exit__(self, *exc: Any) -> None:
+                self.scope.__exit__(*exc)
+
+            def generate(self, prompts: list[str], *args: Any, **kwargs: Any) -> list[str]:
+                spy.generated.append(list(prompts))
+                return self.inner.generate(prompts, *args, **kwargs)
+
+            def score(self, requests: Any) -> Any:
+                return self.inner.score(requests)
+
+        return _Session()
+
+
+def test_stated_in_needs_the_words_together_and_in_order() -> None:
+    assert stated_in("Weststadt", "It is in **Weststadt** [1].")
+    assert stated_in("the Weststadt district", "It stands in Weststadt District.")
+    assert not stated_in("Weststadt district", "District: Weststadt")
+    assert not stated_in("", "anything") and not stated_in("Oststadt", "Weststadt")
+
+
+def test_extract_asks_once_per_chunk_and_never_invents_agreement(backend: HFBackend) -> None:
+    spy = GenerationSpy(backend)
+    tm = TrustMargin(spy, TrustMarginConfig(scoring_form="extract"))  # type: ignore[arg-type]
+    decisions = tm.arbitrate_batch([
+        {"question": QUESTION, "passages": PASSAGES, "direct_answer": DIRECT, "rag_answer": RAG},
+        {"question": QUESTION, "passages": PASSAGES, "direct_answer": "Oststadt.",
+         "rag_answer": "According to the context, it is in Weststadt [1]."}])
+    # One generation call: every given text of the chunk, through the extraction prompt.
+    assert len(spy.generated) == 1 and len(spy.generated[0]) == 4
+    head = EXTRACT_TEMPLATE.split("{question}")[0]
+    assert all(head in prompt and QUESTION in prompt for prompt in spy.generated[0])
+    for d, texts in zip(decisions, [(DIRECT, RAG), ("Oststadt.", "According to the context, "
+                                                     "it is in Weststadt [1].")], strict=True):
+        assert d.source != "agree" and d.m is not None
+        assert d.scoring_form in {"extract", "differential"}
+        if d.scoring_form == "extract":
+            # What was scored is stated in the text it was read from.
+            assert stated_in(d.direct_answer, texts[0]) and stated_in(d.rag_answer, texts[1])
+        else:
+            assert "extraction not stated in its text; compared by difference" in d.warnings
+        assert d.timings.comparing_s > 0
+
+
+def test_generated_candidates_are_never_extracted(backend: HFBackend) -> None:
+    spy = GenerationSpy(backend)
+    tm = TrustMargin(spy, TrustMarginConfig(scoring_form="extract"))  # type: ignore[arg-type]
+    d = tm.arbitrate(QUESTION, PASSAGES)
+    assert d.scoring_form == "paper"
+    # Only the two candidates' generations (Direct, then RAG): no extraction call.
+    assert len(spy.generated) == 2
+
+
+def test_the_legacy_sentence_form_keeps_its_cut(tm: TrustMargin) -> None:
+    legacy = TrustMargin(tm.backend, TrustMarginConfig(scoring_form="sentence"))
+    d = legacy.arbitrate(QUESTION, PASSAGES, direct_answer="Sure! It is Oststadt.",
+                         rag_answer="Sure! It is Weststadt.")
+    assert d.scoring_form == "sentence"
+    assert (d.direct_answer, d.rag_answer) == ("It is Oststadt", "It is Weststadt")
+
+
+def test_an_unknown_form_is_a_typed_error() -> None:
+    from trustmargin_integrations.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="scoring_form"):
+        TrustMarginConfig(scoring_form="first_line")  # type: ignore[arg-type]
