@@ -48,7 +48,7 @@ from trustmargin_integrations.llama_index import (
     CLOSED_BOOK_PROMPT_KEY,
     METADATA_KEY,
     DecisionRecord,
-    LocalLLM,
+    LocalLlamaIndexLLM,
     PassageRetriever,
     TrustMarginArbiter,
     TrustMarginDecisionEvent,
@@ -90,8 +90,8 @@ def short_tm(tm: TrustMargin) -> TrustMargin:
 
 
 @pytest.fixture(scope="module")
-def llm(short_tm: TrustMargin) -> LocalLLM:
-    return LocalLLM.from_trustmargin(short_tm, max_new_tokens=8)
+def llm(short_tm: TrustMargin) -> LocalLlamaIndexLLM:
+    return LocalLlamaIndexLLM.from_trustmargin(short_tm, max_new_tokens=8)
 
 
 class DecisionEvents(BaseEventHandler):
@@ -165,7 +165,7 @@ def test_passage_retriever_works_over_any_project_retriever(index: BM25Index) ->
 
 
 def test_arbiter_is_not_a_node_postprocessor(tm: TrustMargin, index: BM25Index,
-                                             llm: LocalLLM) -> None:
+                                             llm: LocalLlamaIndexLLM) -> None:
     arbiter = TrustMarginArbiter(tm)
     assert not isinstance(arbiter, BaseNodePostprocessor)
     # The misuse the old name invited now fails where the engine is built, naming the fix.
@@ -262,7 +262,8 @@ def test_arbiter_bad_input_names_the_field(tm: TrustMargin, kwargs: dict[str, An
 
 
 def test_query_engine_keeps_nodes_and_dispatches_the_decision(
-        short_tm: TrustMargin, index: BM25Index, llm: LocalLLM, events: DecisionEvents) -> None:
+        short_tm: TrustMargin, index: BM25Index, llm: LocalLlamaIndexLLM,
+        events: DecisionEvents) -> None:
     retriever = PassageRetriever(index, similarity_top_k=2)
     engine = TrustMarginQueryEngine(RetrieverQueryEngine.from_args(retriever, llm=llm),
                                     short_tm, llm=llm)
@@ -283,7 +284,7 @@ def test_query_engine_keeps_nodes_and_dispatches_the_decision(
 
 
 def test_streaming_inner_engine_sync_and_async(short_tm: TrustMargin, index: BM25Index,
-                                               llm: LocalLLM) -> None:
+                                               llm: LocalLlamaIndexLLM) -> None:
     retriever = PassageRetriever(index, similarity_top_k=2)
     plain = RetrieverQueryEngine.from_args(retriever, llm=llm).query(QUESTION).response
     engine = TrustMarginQueryEngine(
@@ -310,9 +311,9 @@ def test_streaming_inner_engine_sync_and_async(short_tm: TrustMargin, index: BM2
         assert d.passages_used == len(response.source_nodes) > 0
 
 
-class TimedLLM(LocalLLM):
-    """The real local LLM, logging when each async chat call starts and ends (LocalLLM is a
-    chat model, so LlamaIndex sends it prompts as messages; the log keeps the last one)."""
+class TimedLLM(LocalLlamaIndexLLM):
+    """The real local LLM, logging when each async chat call starts and ends (it is a chat
+    model, so LlamaIndex sends it prompts as messages; the log keeps the last one)."""
 
     tag: str = "llm"
     log: Any = None  # a list shared by several LLMs (Any: pydantic would copy a list)
@@ -345,7 +346,7 @@ def test_closed_book_prompt_round_trip(short_tm: TrustMargin, index: BM25Index) 
     log: list[tuple[str, str, str]] = []
     closed_llm = TimedLLM(backend=short_tm.backend, max_new_tokens=8, tag="closed", log=log)
     inner = RetrieverQueryEngine.from_args(PassageRetriever(index, similarity_top_k=2),
-                                           llm=LocalLLM.from_trustmargin(short_tm))
+                                           llm=LocalLlamaIndexLLM.from_trustmargin(short_tm))
     engine = TrustMarginQueryEngine(inner, short_tm, llm=closed_llm)
     prompts = engine.get_prompts()
     assert prompts[CLOSED_BOOK_PROMPT_KEY].format(question="Q?") == (
@@ -394,14 +395,14 @@ class FixedReplyLLM(CustomLLM):
 
 @pytest.fixture(scope="module")
 def no_evidence_engine(short_tm: TrustMargin, index: BM25Index,
-                       llm: LocalLLM) -> TrustMarginQueryEngine:
+                       llm: LocalLlamaIndexLLM) -> TrustMarginQueryEngine:
     inner = RetrieverQueryEngine.from_args(PassageRetriever(index, similarity_top_k=2), llm=llm)
     return TrustMarginQueryEngine(inner, short_tm, llm=llm)
 
 
 def test_router_query_engine_answers_when_retrieval_finds_nothing(
         no_evidence_engine: TrustMarginQueryEngine, short_tm: TrustMargin, index: BM25Index,
-        llm: LocalLLM, events: DecisionEvents) -> None:
+        llm: LocalLlamaIndexLLM, events: DecisionEvents) -> None:
     tools = [
         QueryEngineTool.from_defaults(no_evidence_engine, name="atlas",
                                       description="Facts about places and buildings."),
@@ -421,7 +422,7 @@ def test_router_query_engine_answers_when_retrieval_finds_nothing(
 
 
 def test_sub_question_engine_answers_when_retrieval_finds_nothing(
-        no_evidence_engine: TrustMarginQueryEngine, llm: LocalLLM,
+        no_evidence_engine: TrustMarginQueryEngine, llm: LocalLlamaIndexLLM,
         events: DecisionEvents) -> None:
     tool = QueryEngineTool.from_defaults(no_evidence_engine, name="atlas",
                                          description="Facts about places and buildings.")
@@ -468,10 +469,10 @@ def test_retriever_query_engine_is_the_core_pipeline(
 
 def test_engines_reject_bad_arguments(tm: TrustMargin, index: BM25Index) -> None:
     inner = RetrieverQueryEngine.from_args(PassageRetriever(index),
-                                           llm=LocalLLM(backend=tm.backend))
+                                           llm=LocalLlamaIndexLLM(backend=tm.backend))
     cases: list[tuple[Any, str]] = [
         (lambda: TrustMarginQueryEngine(object(), tm), "query_engine"),  # type: ignore[arg-type]
-        (lambda: TrustMarginQueryEngine(inner, tm, LocalLLM(backend=tm.backend),
+        (lambda: TrustMarginQueryEngine(inner, tm, llm=LocalLlamaIndexLLM(backend=tm.backend),
                                         closed_book_prompt="Answer this:"),
          "closed_book_prompt"),
         (lambda: TrustMarginQueryEngine(inner, tm, closed_book_prompt="Q: {question}"),

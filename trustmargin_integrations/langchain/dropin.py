@@ -41,7 +41,7 @@ from trustmargin_integrations.langchain.decisions import (
     shape_output,
 )
 from trustmargin_integrations.langchain.documents import check_documents
-from trustmargin_integrations.langchain.router import TrustMarginRouter
+from trustmargin_integrations.langchain.router import TrustMarginRouter, as_router
 from trustmargin_integrations.schema import Decision
 from trustmargin_integrations.validation import check_question
 
@@ -222,7 +222,7 @@ def with_trustmargin(
     """
     parts = (_given_parts(retriever, format_docs, prompt, llm) if chain is None
              else _parts_of(chain, question_key, context_key))
-    router = tm if isinstance(tm, TrustMarginRouter) else TrustMarginRouter(tm=tm)
+    router = as_router(tm)
     field_name = parts.input_key or question_key
     direct_prompt = parts.prompt if closed_book_prompt is None else closed_book_prompt
 

@@ -25,10 +25,9 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trustmargin_integrations.arbiter import TrustMargin
+from trustmargin_integrations.config import CHAT_MAX_NEW_TOKENS, CHAT_MAX_NEW_TOKENS_LIMIT
 from trustmargin_integrations.errors import InvalidInputError
-
-DEFAULT_MAX_NEW_TOKENS = 256
-"""New tokens per answer unless set: room for a few chat paragraphs."""
+from trustmargin_integrations.validation import TypedFields
 
 _ROLES = {HumanMessage: "user", AIMessage: "assistant", SystemMessage: "system"}
 
@@ -92,14 +91,14 @@ def stream_greedy(backend: Any, ids: list[int], max_new_tokens: int,
         yield text[sent:]
 
 
-class _LocalModel(BaseModel):
+class _LocalModel(TypedFields, BaseModel):
     """What both models share: the backend, the budget, greedy streaming of a prompt (a
     pydantic model, so both LangChain classes get the same fields and validation)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     backend: Any = Field(description="A local Backend, e.g. tm.backend or HFBackend.load().")
-    max_new_tokens: int = Field(DEFAULT_MAX_NEW_TOKENS, ge=1, le=4096,
+    max_new_tokens: int = Field(CHAT_MAX_NEW_TOKENS, ge=1, le=CHAT_MAX_NEW_TOKENS_LIMIT,
                                 description="Most new tokens per answer (greedy).")
 
     @field_validator("backend")
@@ -110,6 +109,9 @@ class _LocalModel(BaseModel):
     @classmethod
     def from_trustmargin(cls, tm: TrustMargin, **kwargs: Any) -> Any:
         """Share the arbiter's model (no second copy in memory)."""
+        if not isinstance(tm, TrustMargin):
+            raise InvalidInputError("tm", f"a {type(tm).__name__} is not a TrustMargin",
+                                    "pass TrustMargin.from_pretrained()")
         return cls(backend=tm.backend, **kwargs)
 
     @property

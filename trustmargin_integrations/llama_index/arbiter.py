@@ -24,7 +24,7 @@ from trustmargin_integrations.llama_index.responses import aresolve, resolve
 from trustmargin_integrations.schema import Decision
 
 __all__ = ["METADATA_KEY", "DecisionRecord", "TrustMarginArbiter", "TrustMarginDecisionEvent",
-           "chosen_text", "dispatcher"]
+           "check_arbiter", "chosen_text", "dispatcher"]
 
 dispatcher = instrument.get_dispatcher("trustmargin_integrations.llama_index")
 """The adapter's one dispatcher: its spans and decision events, whichever module sends them."""
@@ -46,6 +46,15 @@ class TrustMarginDecisionEvent(BaseEvent):
     def class_name(cls) -> str:
         """Event name, as LlamaIndex handlers see it."""
         return "TrustMarginDecisionEvent"
+
+
+def check_arbiter(value: Any, field: str = "tm") -> TrustMargin:
+    """``value`` when it is a TrustMargin; otherwise the error every engine and LLM of this
+    adapter raises for its ``tm`` argument."""
+    if not isinstance(value, TrustMargin):
+        raise InvalidInputError(field, f"a {type(value).__name__} is not a TrustMargin",
+                                "pass TrustMargin.from_pretrained()")
+    return value
 
 
 def chosen_text(decision: Decision) -> str:
@@ -120,7 +129,7 @@ class TrustMarginArbiter:
     dict that reads like the Decision). Without source nodes the closed-book answer is
     returned (``reason="no_evidence"``). Answers are passed raw; the core scores their short
     form (``TrustMarginConfig.clean_answers``), which the Decision keeps in
-    ``direct_answer`` / ``rag_answer`` and ``answer``.
+    ``direct_answer`` / ``rag_answer``; its ``answer`` is the chosen text whole, as given.
 
     Args:
         tm: the arbiter; its backend is the scorer model.
@@ -128,7 +137,7 @@ class TrustMarginArbiter:
     """
 
     def __init__(self, tm: TrustMargin, *, include_prompts: bool | None = None) -> None:
-        self.tm = tm
+        self.tm = check_arbiter(tm)
         self.include_prompts = include_prompts
 
     def _refuse_node_postprocessor_role(self, _value: Any) -> None:

@@ -16,6 +16,7 @@ from trustmargin_integrations.llama_index.arbiter import (
     METADATA_KEY,
     DecisionRecord,
     TrustMarginDecisionEvent,
+    check_arbiter,
     dispatcher,
 )
 from trustmargin_integrations.llama_index.retrieval import PassageRetriever, RetrievedNodes
@@ -51,12 +52,12 @@ class TrustMarginRetrieverQueryEngine(BaseQueryEngine):
         self,
         retriever: BaseRetriever | Retriever,
         tm: TrustMargin,
-        k: int | None = None,
         *,
+        k: int | None = None,
         include_prompts: bool | None = None,
         callback_manager: CallbackManager | None = None,
     ) -> None:
-        self.k = check_k(tm.config.top_k if k is None else k, "k")
+        self.k = check_k(check_arbiter(tm).config.top_k if k is None else k, "k")
         if not isinstance(retriever, BaseRetriever):
             retriever = PassageRetriever(retriever, similarity_top_k=self.k)
         self.retriever = retriever
