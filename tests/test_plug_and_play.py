@@ -334,7 +334,7 @@ def test_flare_evidence_modes(tm: TrustMargin, index: BM25Index,
         assert decision.metadata["query_engine"]["evidence"] == "retriever"
         assert ids(decision.passages) == ids(index.search(CAPITAL, 2))
     # Async, with a closed-book LLM running concurrently: its call is not in FLARE's trace.
-    engine = TrustMarginQueryEngine(flare, tm, llm, evidence="retriever", trace=True)
+    engine = TrustMarginQueryEngine(flare, tm, llm=llm, evidence="retriever", trace=True)
     response = asyncio.run(engine.aquery(CAPITAL))
     trace = response.metadata[METADATA_KEY].metadata["query_engine"]["trace"]
     assert trace and all(s["args"] != {"question": CAPITAL} for s in trace
