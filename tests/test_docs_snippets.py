@@ -24,7 +24,8 @@ NOT_RUN_FENCE = re.compile(r"^" + re.escape(NOT_RUN) + r"[^\n]*-->\n```python\n(
 # What each page's snippets must print (a wrong answer would still print; these lines prove
 # the snippets reached the model and the error paths they describe).
 EXPECTED = {
-    "langchain.md": ["rag_answer", "rag_answer: is missing"],
+    "langchain.md": ["rag_answer", "rag_answer: is missing", "['history', 'question']",
+                     "AIMessage ", "kept one side's answer: True"],
     "llamaindex.md": ["rag.source_nodes", "velmora"],
 }
 
