@@ -25,6 +25,7 @@ from langchain_core.output_parsers import StrOutputParser
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables import RunnableParallel, RunnablePassthrough
+from pydantic import Field
 
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.errors import InvalidInputError
@@ -63,7 +64,7 @@ class ScriptedChat(GenericFakeChatModel):
     """Scripted answers (the RAG text when the prompt carries the passage, else the Direct
     text), streamed word by word; every prompt it sees is recorded."""
 
-    seen: list[list[BaseMessage]] = []
+    seen: list[list[BaseMessage]] = Field(default_factory=list)
 
     def _answer(self, messages: list[BaseMessage]) -> str:
         with _LOCK:
