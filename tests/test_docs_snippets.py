@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,7 @@ NOT_RUN_FENCE = re.compile(r"^" + re.escape(NOT_RUN) + r"[^\n]*-->\n```python\n(
 # the snippets reached the model and the error paths they describe).
 EXPECTED = {
     "langchain.md": ["rag_answer", "rag_answer: is missing", "['history', 'question']",
-                     "AIMessage ", "kept one side's answer: True"],
+                     "AIMessage ", "kept one side's answer: True", "margins: ", "kept: "],
     "llamaindex.md": ["rag.source_nodes", "velmora"],
 }
 
@@ -48,7 +50,11 @@ def run_blocks(path: Path, backend: Any, monkeypatch: pytest.MonkeyPatch) -> str
 
     monkeypatch.setattr(core, "load_backend", load_backend)
     blocks = snippets(path)
-    namespace: dict[str, Any] = {"__name__": f"docs_{path.name.replace('.', '_')}"}
+    # A module of its own, as a reader's script would be: typing (a LangGraph state's
+    # TypedDict annotations) resolves names through sys.modules[cls.__module__].
+    module = types.ModuleType(f"docs_{path.name.replace('.', '_')}")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    namespace = module.__dict__
     out = io.StringIO()
     for number, block in enumerate(blocks, 1):
         code = compile(block, f"{path.name} snippet {number}", "exec")

@@ -11,6 +11,8 @@
 - :mod:`.dropin`: :func:`with_trustmargin`, TrustMargin inserted into a user's chain
   (:class:`TrustMarginChain`: the chain's own input schema and output type, both sides run
   concurrently, streaming with the sides told apart).
+- :mod:`.graph`: :func:`trustmargin_node`, TrustMargin as a LangGraph node (a state update of
+  its own keys, margins on the custom stream) and :class:`TrustMarginState`, those keys.
 - :mod:`.rewire`: a user's LCEL chain with one part (the retriever, the prompt) swapped.
 - :mod:`.decisions`: the chosen answer's text and a readable summary of a Decision.
 - :mod:`.chains`: :func:`build_trustmargin_chain`.
@@ -42,6 +44,7 @@ from trustmargin_integrations.langchain.dropin import (
     TrustMarginChain,
     with_trustmargin,
 )
+from trustmargin_integrations.langchain.graph import TrustMarginState, trustmargin_node
 from trustmargin_integrations.langchain.inputs import TrustMarginInput
 from trustmargin_integrations.langchain.llms import LocalChatModel, LocalLLM
 from trustmargin_integrations.langchain.pipelines import (
@@ -71,10 +74,12 @@ __all__ = [
     "TrustMarginInput",
     "TrustMarginRetriever",
     "TrustMarginRouter",
+    "TrustMarginState",
     "build_pipeline_chain",
     "build_trustmargin_chain",
     "describe_decision",
     "document_to_passage",
     "passage_to_document",
+    "trustmargin_node",
     "with_trustmargin",
 ]
