@@ -47,6 +47,7 @@ from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.llama_index import (
     CLOSED_BOOK_PROMPT_KEY,
     METADATA_KEY,
+    SOURCES_KEY,
     DecisionRecord,
     LocalLlamaIndexLLM,
     PassageRetriever,
@@ -202,13 +203,17 @@ def test_arbiter_cleans_like_the_core(tm: TrustMargin, events: DecisionEvents) -
     assert any("rag_answer: scored on its short form" in w for w in decision.warnings)
     assert [(p.id, p.title, p.score) for p in decision.passages] == [
         ("bridge", "Velmora Bridge", 1.0)]
-    # The chosen side's text as given, the evidence, the caller's metadata and one reserved
-    # key: the Decision as a JSON dict that reads like the Decision.
-    assert result.response == (rag if core.replay() == "rag" else direct)
-    assert result.source_nodes[0] is nodes[0]
+    # The chosen side's text as given, its sources (none for the closed-book answer), the
+    # caller's metadata and two reserved keys: the Decision as a JSON dict that reads like the
+    # Decision, and every node weighed.
+    kept_rag = core.replay() == "rag"
+    assert result.response == (rag if kept_rag else direct)
+    assert result.source_nodes == (nodes if kept_rag else [])
     assert isinstance(decision, DecisionRecord)
     assert result.metadata == {"bridge": 1,
-                               METADATA_KEY: decision.decision.model_dump(mode="json")}
+                               METADATA_KEY: decision.decision.model_dump(mode="json"),
+                               SOURCES_KEY: [{"id": "bridge", "title": "Velmora Bridge",
+                                              "score": 1.0}]}
     assert events.decisions == [decision.decision]
 
 
@@ -272,8 +277,10 @@ def test_query_engine_keeps_nodes_and_dispatches_the_decision(
     decision = response.metadata[METADATA_KEY]
     assert response.response == chosen_text(decision.decision)
     retrieved = retriever.retrieve(QUESTION)
-    assert [(n.node.node_id, n.score) for n in response.source_nodes] == [
-        (n.node.node_id, n.score) for n in retrieved]
+    weighed = [(n.node.node_id, n.score) for n in retrieved]
+    kept = [(n.node.node_id, n.score) for n in response.source_nodes]
+    assert kept == (weighed if decision.decision.source != "direct" else [])
+    assert [(n["id"], n["score"]) for n in response.metadata[SOURCES_KEY]] == weighed
     assert [p.id for p in decision.passages] == [n.node.node_id for n in retrieved]
     # The synthesizer's per-node metadata survives next to the reserved key.
     assert response.metadata["quenby"] == {"title": "Quenby"}
@@ -293,7 +300,9 @@ def test_streaming_inner_engine_sync_and_async(short_tm: TrustMargin, index: BM2
     sync = engine.query(QUESTION)
     assert isinstance(sync, StreamingResponse)
     decision = sync.metadata[METADATA_KEY]
-    assert "".join(sync.response_gen) == chosen_text(decision.decision) == str(sync)
+    pieces = list(sync.response_gen)
+    # The kept side's answer, in the pieces that side streamed (not one chunk).
+    assert "".join(pieces) == chosen_text(decision.decision) and len(pieces) > 1
 
     async def run() -> tuple[Any, str]:
         response = await engine.aquery(QUESTION)
@@ -306,9 +315,11 @@ def test_streaming_inner_engine_sync_and_async(short_tm: TrustMargin, index: BM2
         d = response.metadata[METADATA_KEY]
         # The stream was consumed: the RAG candidate is the inner engine's full answer.
         assert (d.rag_raw or d.rag_answer) == plain.strip()
-        assert [n.node.node_id for n in response.source_nodes] == [
-            n.node.node_id for n in retriever.retrieve(QUESTION)]
-        assert d.passages_used == len(response.source_nodes) > 0
+        weighed = [n.node.node_id for n in retriever.retrieve(QUESTION)]
+        assert [n["id"] for n in response.metadata[SOURCES_KEY]] == weighed
+        assert [n.node.node_id for n in response.source_nodes] == (
+            weighed if d.source != "direct" else [])
+        assert d.passages_used == len(weighed) > 0
 
 
 class TimedLLM(LocalLlamaIndexLLM):
@@ -457,7 +468,10 @@ def test_retriever_query_engine_is_the_core_pipeline(
         if core.m is not None:
             assert decision.m == pytest.approx(core.m, abs=1e-4)
         assert decision.passages == core.passages
-        assert [n.node.node_id for n in response.source_nodes] == [p.id for p in core.passages]
+        used = [p.id for p in core.passages]
+        assert [n["id"] for n in response.metadata[SOURCES_KEY]] == used
+        assert [n.node.node_id for n in response.source_nodes] == (
+            used if decision.source != "direct" else [])
         assert response.response == decision.answer
     assert events.decisions == [r.metadata[METADATA_KEY].decision
                                 for r in (over_project, over_llama)]

@@ -39,6 +39,7 @@ from trustmargin_integrations.langchain import LocalLLM as LangChainLLM
 from trustmargin_integrations.llama_index import (
     METADATA_KEY,
     PIPELINE_METADATA_KEY,
+    SOURCES_KEY,
     LocalLlamaIndexLLM,
     PassageRetriever,
     PipelineQueryEngine,
@@ -302,7 +303,9 @@ def test_flare_wrapping_scores_against_the_question_top_k(
     # The evidence is the question's top-k through FLARE's own retriever, whatever FLARE found.
     top = ids(index.search(BRIDGE, K))
     assert ids(decision.passages) == top
-    assert [n.node.node_id for n in response.source_nodes] == top
+    assert [n["id"] for n in response.metadata[SOURCES_KEY]] == top
+    assert [n.node.node_id for n in response.source_nodes] == (
+        top if decision.source != "direct" else [])  # the kept answer's sources
     # What FLARE did is in the audit record: its answer, its nodes, its look-ahead calls.
     inner = decision.metadata["query_engine"]
     assert inner["engine"] == "FLAREInstructQueryEngine"

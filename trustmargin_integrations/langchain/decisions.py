@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from trustmargin_integrations.schema import Decision
+from trustmargin_integrations.sides import Side, chosen_side
 
-Side = Literal["rag", "direct"]
-"""One side of an arbitration: the retrieval-augmented or the closed-book answer."""
+__all__ = ["DECISION_EVENT", "Output", "Side", "chosen_side", "chosen_text",
+           "decision_payload", "describe_decision", "shape_output"]
 
 Output = Literal["answer", "decision"]
 """What a TrustMargin chain or router returns: the chosen answer text, or the Decision."""
@@ -20,15 +21,6 @@ def chosen_text(decision: Decision) -> str:
     """The chosen side's text as the user's chain produced it: ``Decision.answer``, which the
     core fills with a given candidate's whole text (``TrustMarginConfig.return_text``)."""
     return decision.answer
-
-
-def chosen_side(decision: Decision) -> Side:
-    """Which side's text the decision returns. ``source`` says it, except for ``"agree"``
-    (the two answers normalize equal), where the returned text tells which one was kept."""
-    if decision.source in ("rag", "direct"):
-        return decision.source
-    rag = decision.rag_raw if decision.rag_raw is not None else decision.rag_answer
-    return "rag" if decision.answer.strip() == rag.strip() else "direct"
 
 
 def describe_decision(decision: Decision) -> str:

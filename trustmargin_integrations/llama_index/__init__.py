@@ -44,6 +44,7 @@ One module per framework role:
 
 from trustmargin_integrations.llama_index.arbiter import (
     METADATA_KEY,
+    SOURCES_KEY,
     DecisionRecord,
     TrustMarginArbiter,
     TrustMarginDecisionEvent,
@@ -73,6 +74,7 @@ __all__ = [
     "EVIDENCE_MODES",
     "METADATA_KEY",
     "PIPELINE_METADATA_KEY",
+    "SOURCES_KEY",
     "DecisionRecord",
     "LocalLlamaIndexLLM",
     "PassageRetriever",
