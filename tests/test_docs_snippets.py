@@ -27,7 +27,9 @@ NOT_RUN_FENCE = re.compile(r"^" + re.escape(NOT_RUN) + r"[^\n]*-->\n```python\n(
 # the snippets reached the model and the error paths they describe).
 EXPECTED = {
     "langchain.md": ["rag_answer", "rag_answer: is missing", "['history', 'question']",
-                     "AIMessage ", "kept one side's answer: True", "margins: ", "kept: "],
+                     "AIMessage ", "kept one side's answer: True", "margins: ", "kept: ",
+                     "name='Tomas Rilke' age=41 role='engineer'",
+                     "tool_calls: get_weather {'city': 'Paris'}"],
     "llamaindex.md": ["rag.source_nodes", "velmora"],
 }
 

@@ -38,6 +38,8 @@ One module per framework role:
 - ``pipeline_engine``: :class:`PipelineQueryEngine`;
 - ``retrieval``: :class:`PassageRetriever` and the wrapper's evidence sources;
 - ``llms``: :class:`LocalLlamaIndexLLM`;
+- ``question_gen``: :class:`LocalQuestionGenerator`, sub-questions for LlamaIndex's
+  ``SubQuestionQueryEngine`` from the local model;
 - ``tracing``: the collector behind ``TrustMarginQueryEngine(trace=True)``;
 - ``flare``: :func:`build_flare_engine` and its two output parsers.
 """
@@ -64,6 +66,7 @@ from trustmargin_integrations.llama_index.query_engine import (
     CLOSED_BOOK_PROMPT_KEY,
     TrustMarginQueryEngine,
 )
+from trustmargin_integrations.llama_index.question_gen import LocalQuestionGenerator
 from trustmargin_integrations.llama_index.retrieval import EVIDENCE_MODES, PassageRetriever
 from trustmargin_integrations.llama_index.retriever_engine import (
     TrustMarginRetrieverQueryEngine,
@@ -77,6 +80,7 @@ __all__ = [
     "SOURCES_KEY",
     "DecisionRecord",
     "LocalLlamaIndexLLM",
+    "LocalQuestionGenerator",
     "PassageRetriever",
     "PipelineQueryEngine",
     "SearchOrDoneOutputParser",
