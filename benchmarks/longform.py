@@ -47,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> list[LongFormRecord]:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
 
-    # The paper's rule (calibration=None), not a shipped policy: this measures the rule.
+    # The paper's rule, explicitly (the benchmark measures the rule, not a shipped policy).
     tm = TrustMargin.from_pretrained(args.model, dtype=args.dtype, calibration=None)
     args.run_dir.mkdir(parents=True, exist_ok=True)
     lines = [f"Long-form arbitration, {tm.backend.model_id}, {args.max_new_tokens} new tokens "

@@ -236,8 +236,10 @@ def test_a_mismatched_calibration_is_refused(
     with pytest.raises(InvalidInputError, match="not a calibration file"):
         TrustMargin.from_pretrained("smollm2-135m", calibration=tmp_path / "broken.json")
     assert len(loads) == before
-    # Without a calibration nothing changes.
-    assert TrustMargin.from_pretrained("smollm2-135m").config == TrustMarginConfig()
+    # Asked for the paper's rule, nothing changes (the default, the shipped policy, is
+    # tests/test_defaults.py's).
+    assert TrustMargin.from_pretrained("smollm2-135m", calibration=None).config == \
+        TrustMarginConfig()
 
 
 def test_calibrate_command_end_to_end_on_a_real_run(tm: TrustMargin, tmp_path: Path) -> None:

@@ -15,7 +15,6 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableLambda
 from langchain_core.tracers.base import BaseTracer
 from langchain_core.tracers.schemas import Run
-from pydantic import ValidationError
 
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.config import TrustMarginConfig
@@ -301,8 +300,9 @@ def test_bad_hyper_parameters_are_refused_before_the_model(router: TrustMarginRo
         router.invoke(BRIDGE, config={"configurable": {"tau": math.nan}})
     assert err.value.field == "configurable.tau"
     assert session.calls == []
-    with pytest.raises(ValidationError):
+    with pytest.raises(InvalidInputError) as err:  # one error type at every edge (issue 24)
         TrustMarginRouter(tm=tm, lambda_bind=math.inf)
+    assert err.value.field == "lambda_bind"
 
 
 def test_config_schema_lists_tau_and_lambda_bind(router: TrustMarginRouter) -> None:
@@ -500,8 +500,9 @@ def test_retriever_over_any_project_retriever() -> None:
     assert docs[0].metadata == {"id": "a", "title": "Alien (film)", "score": 2.0}
     assert [d.id for d in retriever.invoke("Who directed Alien?", k=1)] == ["a"]
     assert own.asked == [2, 1]
-    with pytest.raises(ValidationError, match="search"):
+    with pytest.raises(InvalidInputError, match="search") as err:
         TrustMarginRetriever(retriever=["not", "a", "retriever"])
+    assert err.value.field == "retriever"
 
 
 def test_document_passage_round_trip() -> None:
@@ -537,7 +538,8 @@ def test_lcel_chain_matches_the_core_and_traces_every_step(short: TrustMargin,
                                                            index: BM25Index) -> None:
     llm = LocalLLM.from_trustmargin(short, max_new_tokens=short.config.max_new_tokens)
     # A project retriever goes in as is; the chain wraps it in TrustMarginRetriever.
-    chain = build_trustmargin_chain(index, llm, llm, TrustMarginRouter(tm=short), k=2)
+    chain = build_trustmargin_chain(index, TrustMarginRouter(short), closed_book=llm, rag=llm,
+                                    k=2)
     question = "Which river flows through Quenby?"
     tracer = Tracer()
     decision = chain.invoke(question, config={"callbacks": [tracer]})
@@ -565,8 +567,8 @@ def test_lcel_chain_matches_the_core_and_traces_every_step(short: TrustMargin,
 def test_lcel_chain_without_documents_answers_closed_book(short: TrustMargin,
                                                           index: BM25Index) -> None:
     llm = LocalLLM.from_trustmargin(short, max_new_tokens=short.config.max_new_tokens)
-    chain = build_trustmargin_chain(TrustMarginRetriever(retriever=index), llm, llm,
-                                    TrustMarginRouter(tm=short))
+    chain = build_trustmargin_chain(TrustMarginRetriever(retriever=index),
+                                    TrustMarginRouter(tm=short), closed_book=llm, rag=llm)
     tracer = Tracer()
     decision = chain.invoke({"question": NO_MATCH}, config={"callbacks": [tracer]})
     assert (decision.reason, decision.source) == ("no_evidence", "direct")
@@ -581,7 +583,7 @@ def test_lcel_chain_without_documents_answers_closed_book(short: TrustMargin,
 def test_pure_core_chain_is_one_answer_batch_call(short: TrustMargin, index: BM25Index) -> None:
     # Any LangChain retriever works, here an LCEL retriever chain (not a TrustMarginRetriever).
     lc_retriever = TrustMarginRetriever(retriever=index, k=2) | RunnableLambda(list)
-    chain = build_trustmargin_chain(lc_retriever, None, None, TrustMarginRouter(tm=short))
+    chain = build_trustmargin_chain(lc_retriever, TrustMarginRouter(short))
     tracer, recorder = Tracer(), Recorder()
     with Spy(short, "answer_batch") as answer_batch:
         found, empty = chain.batch(["Which river flows through Quenby?", NO_MATCH],
@@ -600,10 +602,11 @@ def test_chain_rejects_a_missing_question_and_an_unusable_retriever(
         tm: TrustMargin, index: BM25Index) -> None:
     llm = LocalLLM.from_trustmargin(tm)
     router = TrustMarginRouter(tm=tm)
-    chain = build_trustmargin_chain(index, llm, llm, router)
+    chain = build_trustmargin_chain(index, router, closed_book=llm, rag=llm)
     with pytest.raises(InvalidInputError) as err:
         chain.invoke({"query": "Which river flows through Quenby?"})
     assert err.value.field == "question"
     with pytest.raises(InvalidInputError) as err:
-        build_trustmargin_chain(["not a retriever"], llm, llm, router)  # type: ignore[arg-type]
+        build_trustmargin_chain(["not a retriever"], router, closed_book=llm,  # type: ignore[arg-type]
+                                rag=llm)  # type: ignore[arg-type]
     assert err.value.field == "retriever"

@@ -177,13 +177,14 @@ def test_drop_in_refuses_a_blank_question_and_non_document_hits(tm: TrustMargin)
     with pytest.raises(InvalidInputError) as err:
         guarded.invoke(QUESTION)
     assert err.value.field == "retriever(question)[0]" and "tuple" in err.value.problem
-    with pytest.raises(InvalidInputError, match="shaped like"):
+    with pytest.raises(InvalidInputError, match="has no retriever") as err:
         with_trustmargin(PROMPT | scripted(), tm)
+    assert err.value.field == "chain"
 
 
 def test_a_retriever_of_strings_is_named_in_the_lcel_path(tm: TrustMargin) -> None:
     strings = RunnableLambda(lambda q: ["The Velmora Bridge was designed by Tomas Rilke."])
-    chain = build_trustmargin_chain(strings, scripted(), scripted(), TrustMarginRouter(tm=tm))
+    chain = build_trustmargin_chain(strings, tm, closed_book=scripted(), rag=scripted())
     with pytest.raises(InvalidInputError) as err:
         chain.invoke(QUESTION)
     assert err.value.field == "retriever(question)[0]"

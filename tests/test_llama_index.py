@@ -47,8 +47,9 @@ from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.llama_index import (
     CLOSED_BOOK_PROMPT_KEY,
     METADATA_KEY,
+    SOURCES_KEY,
     DecisionRecord,
-    LocalLLM,
+    LocalLlamaIndexLLM,
     PassageRetriever,
     TrustMarginArbiter,
     TrustMarginDecisionEvent,
@@ -90,8 +91,8 @@ def short_tm(tm: TrustMargin) -> TrustMargin:
 
 
 @pytest.fixture(scope="module")
-def llm(short_tm: TrustMargin) -> LocalLLM:
-    return LocalLLM.from_trustmargin(short_tm, max_new_tokens=8)
+def llm(short_tm: TrustMargin) -> LocalLlamaIndexLLM:
+    return LocalLlamaIndexLLM.from_trustmargin(short_tm, max_new_tokens=8)
 
 
 class DecisionEvents(BaseEventHandler):
@@ -165,7 +166,7 @@ def test_passage_retriever_works_over_any_project_retriever(index: BM25Index) ->
 
 
 def test_arbiter_is_not_a_node_postprocessor(tm: TrustMargin, index: BM25Index,
-                                             llm: LocalLLM) -> None:
+                                             llm: LocalLlamaIndexLLM) -> None:
     arbiter = TrustMarginArbiter(tm)
     assert not isinstance(arbiter, BaseNodePostprocessor)
     # The misuse the old name invited now fails where the engine is built, naming the fix.
@@ -202,13 +203,17 @@ def test_arbiter_cleans_like_the_core(tm: TrustMargin, events: DecisionEvents) -
     assert decision.scoring_form == "differential"
     assert [(p.id, p.title, p.score) for p in decision.passages] == [
         ("bridge", "Velmora Bridge", 1.0)]
-    # The chosen side's text as given, the evidence, the caller's metadata and one reserved
-    # key: the Decision as a JSON dict that reads like the Decision.
-    assert result.response == (rag if core.replay() == "rag" else direct)
-    assert result.source_nodes[0] is nodes[0]
+    # The chosen side's text as given, its sources (none for the closed-book answer), the
+    # caller's metadata and two reserved keys: the Decision as a JSON dict that reads like the
+    # Decision, and every node weighed.
+    kept_rag = core.replay() == "rag"
+    assert result.response == (rag if kept_rag else direct)
+    assert result.source_nodes == (nodes if kept_rag else [])
     assert isinstance(decision, DecisionRecord)
     assert result.metadata == {"bridge": 1,
-                               METADATA_KEY: decision.decision.model_dump(mode="json")}
+                               METADATA_KEY: decision.decision.model_dump(mode="json"),
+                               SOURCES_KEY: [{"id": "bridge", "title": "Velmora Bridge",
+                                              "score": 1.0}]}
     assert events.decisions == [decision.decision]
 
 
@@ -262,7 +267,8 @@ def test_arbiter_bad_input_names_the_field(tm: TrustMargin, kwargs: dict[str, An
 
 
 def test_query_engine_keeps_nodes_and_dispatches_the_decision(
-        short_tm: TrustMargin, index: BM25Index, llm: LocalLLM, events: DecisionEvents) -> None:
+        short_tm: TrustMargin, index: BM25Index, llm: LocalLlamaIndexLLM,
+        events: DecisionEvents) -> None:
     retriever = PassageRetriever(index, similarity_top_k=2)
     engine = TrustMarginQueryEngine(RetrieverQueryEngine.from_args(retriever, llm=llm),
                                     short_tm, llm=llm)
@@ -271,8 +277,10 @@ def test_query_engine_keeps_nodes_and_dispatches_the_decision(
     decision = response.metadata[METADATA_KEY]
     assert response.response == chosen_text(decision.decision)
     retrieved = retriever.retrieve(QUESTION)
-    assert [(n.node.node_id, n.score) for n in response.source_nodes] == [
-        (n.node.node_id, n.score) for n in retrieved]
+    weighed = [(n.node.node_id, n.score) for n in retrieved]
+    kept = [(n.node.node_id, n.score) for n in response.source_nodes]
+    assert kept == (weighed if decision.decision.source != "direct" else [])
+    assert [(n["id"], n["score"]) for n in response.metadata[SOURCES_KEY]] == weighed
     assert [p.id for p in decision.passages] == [n.node.node_id for n in retrieved]
     # The synthesizer's per-node metadata survives next to the reserved key.
     assert response.metadata["quenby"] == {"title": "Quenby"}
@@ -283,7 +291,7 @@ def test_query_engine_keeps_nodes_and_dispatches_the_decision(
 
 
 def test_streaming_inner_engine_sync_and_async(short_tm: TrustMargin, index: BM25Index,
-                                               llm: LocalLLM) -> None:
+                                               llm: LocalLlamaIndexLLM) -> None:
     retriever = PassageRetriever(index, similarity_top_k=2)
     plain = RetrieverQueryEngine.from_args(retriever, llm=llm).query(QUESTION).response
     engine = TrustMarginQueryEngine(
@@ -292,7 +300,9 @@ def test_streaming_inner_engine_sync_and_async(short_tm: TrustMargin, index: BM2
     sync = engine.query(QUESTION)
     assert isinstance(sync, StreamingResponse)
     decision = sync.metadata[METADATA_KEY]
-    assert "".join(sync.response_gen) == chosen_text(decision.decision) == str(sync)
+    pieces = list(sync.response_gen)
+    # The kept side's answer, in the pieces that side streamed (not one chunk).
+    assert "".join(pieces) == chosen_text(decision.decision) and len(pieces) > 1
 
     async def run() -> tuple[Any, str]:
         response = await engine.aquery(QUESTION)
@@ -305,14 +315,16 @@ def test_streaming_inner_engine_sync_and_async(short_tm: TrustMargin, index: BM2
         d = response.metadata[METADATA_KEY]
         # The stream was consumed: the RAG candidate is the inner engine's full answer.
         assert (d.rag_raw or d.rag_answer) == plain.strip()
-        assert [n.node.node_id for n in response.source_nodes] == [
-            n.node.node_id for n in retriever.retrieve(QUESTION)]
-        assert d.passages_used == len(response.source_nodes) > 0
+        weighed = [n.node.node_id for n in retriever.retrieve(QUESTION)]
+        assert [n["id"] for n in response.metadata[SOURCES_KEY]] == weighed
+        assert [n.node.node_id for n in response.source_nodes] == (
+            weighed if d.source != "direct" else [])
+        assert d.passages_used == len(weighed) > 0
 
 
-class TimedLLM(LocalLLM):
-    """The real local LLM, logging when each async chat call starts and ends (LocalLLM is a
-    chat model, so LlamaIndex sends it prompts as messages; the log keeps the last one)."""
+class TimedLLM(LocalLlamaIndexLLM):
+    """The real local LLM, logging when each async chat call starts and ends (it is a chat
+    model, so LlamaIndex sends it prompts as messages; the log keeps the last one)."""
 
     tag: str = "llm"
     log: Any = None  # a list shared by several LLMs (Any: pydantic would copy a list)
@@ -345,7 +357,7 @@ def test_closed_book_prompt_round_trip(short_tm: TrustMargin, index: BM25Index) 
     log: list[tuple[str, str, str]] = []
     closed_llm = TimedLLM(backend=short_tm.backend, max_new_tokens=8, tag="closed", log=log)
     inner = RetrieverQueryEngine.from_args(PassageRetriever(index, similarity_top_k=2),
-                                           llm=LocalLLM.from_trustmargin(short_tm))
+                                           llm=LocalLlamaIndexLLM.from_trustmargin(short_tm))
     engine = TrustMarginQueryEngine(inner, short_tm, llm=closed_llm)
     prompts = engine.get_prompts()
     assert prompts[CLOSED_BOOK_PROMPT_KEY].format(question="Q?") == (
@@ -394,14 +406,14 @@ class FixedReplyLLM(CustomLLM):
 
 @pytest.fixture(scope="module")
 def no_evidence_engine(short_tm: TrustMargin, index: BM25Index,
-                       llm: LocalLLM) -> TrustMarginQueryEngine:
+                       llm: LocalLlamaIndexLLM) -> TrustMarginQueryEngine:
     inner = RetrieverQueryEngine.from_args(PassageRetriever(index, similarity_top_k=2), llm=llm)
     return TrustMarginQueryEngine(inner, short_tm, llm=llm)
 
 
 def test_router_query_engine_answers_when_retrieval_finds_nothing(
         no_evidence_engine: TrustMarginQueryEngine, short_tm: TrustMargin, index: BM25Index,
-        llm: LocalLLM, events: DecisionEvents) -> None:
+        llm: LocalLlamaIndexLLM, events: DecisionEvents) -> None:
     tools = [
         QueryEngineTool.from_defaults(no_evidence_engine, name="atlas",
                                       description="Facts about places and buildings."),
@@ -421,7 +433,7 @@ def test_router_query_engine_answers_when_retrieval_finds_nothing(
 
 
 def test_sub_question_engine_answers_when_retrieval_finds_nothing(
-        no_evidence_engine: TrustMarginQueryEngine, llm: LocalLLM,
+        no_evidence_engine: TrustMarginQueryEngine, llm: LocalLlamaIndexLLM,
         events: DecisionEvents) -> None:
     tool = QueryEngineTool.from_defaults(no_evidence_engine, name="atlas",
                                          description="Facts about places and buildings.")
@@ -456,7 +468,10 @@ def test_retriever_query_engine_is_the_core_pipeline(
         if core.m is not None:
             assert decision.m == pytest.approx(core.m, abs=1e-4)
         assert decision.passages == core.passages
-        assert [n.node.node_id for n in response.source_nodes] == [p.id for p in core.passages]
+        used = [p.id for p in core.passages]
+        assert [n["id"] for n in response.metadata[SOURCES_KEY]] == used
+        assert [n.node.node_id for n in response.source_nodes] == (
+            used if decision.source != "direct" else [])
         assert response.response == decision.answer
     assert events.decisions == [r.metadata[METADATA_KEY].decision
                                 for r in (over_project, over_llama)]
@@ -468,10 +483,10 @@ def test_retriever_query_engine_is_the_core_pipeline(
 
 def test_engines_reject_bad_arguments(tm: TrustMargin, index: BM25Index) -> None:
     inner = RetrieverQueryEngine.from_args(PassageRetriever(index),
-                                           llm=LocalLLM(backend=tm.backend))
+                                           llm=LocalLlamaIndexLLM(backend=tm.backend))
     cases: list[tuple[Any, str]] = [
         (lambda: TrustMarginQueryEngine(object(), tm), "query_engine"),  # type: ignore[arg-type]
-        (lambda: TrustMarginQueryEngine(inner, tm, LocalLLM(backend=tm.backend),
+        (lambda: TrustMarginQueryEngine(inner, tm, llm=LocalLlamaIndexLLM(backend=tm.backend),
                                         closed_book_prompt="Answer this:"),
          "closed_book_prompt"),
         (lambda: TrustMarginQueryEngine(inner, tm, closed_book_prompt="Q: {question}"),

@@ -1,4 +1,4 @@
-"""LocalLLM as a LlamaIndex chat model on the real embedded SmolLM2-135M: whole answers,
+"""LocalLlamaIndexLLM as a LlamaIndex chat model on the real embedded SmolLM2-135M: whole answers,
 token streaming, the chat template, the window guard, and a real RouterQueryEngine's selector.
 """
 
@@ -20,7 +20,7 @@ from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.llama_index import (
     METADATA_KEY,
-    LocalLLM,
+    LocalLlamaIndexLLM,
     TrustMarginRetrieverQueryEngine,
 )
 from trustmargin_integrations.retrieval import BM25Index
@@ -30,19 +30,21 @@ LIST_PROMPT = "List three fruits, one per line."
 
 
 @pytest.fixture(scope="module")
-def llm(backend: Any) -> LocalLLM:
-    return LocalLLM(backend=backend, max_new_tokens=40)
+def llm(backend: Any) -> LocalLlamaIndexLLM:
+    return LocalLlamaIndexLLM(backend=backend, max_new_tokens=40)
 
 
 @pytest.fixture(scope="module")
-def listed(llm: LocalLLM) -> str:
+def listed(llm: LocalLlamaIndexLLM) -> str:
     """The model's answer to a prompt whose answer has several lines (greedy: one run)."""
     return llm.complete(LIST_PROMPT).text
 
 
-def test_answers_a_multi_line_prompt_in_full(llm: LocalLLM, listed: str, backend: Any) -> None:
+def test_answers_a_multi_line_prompt_in_full(llm: LocalLlamaIndexLLM, listed: str,
+                                             backend: Any) -> None:
     assert llm.metadata.is_chat_model and llm.metadata.num_output == 40
-    assert LocalLLM(backend=backend).max_new_tokens == 256  # room for a synthesized answer
+    # Room for a synthesized answer.
+    assert LocalLlamaIndexLLM(backend=backend).max_new_tokens == 256
     # The paper's candidates stop after the first answer line; a chat answer does not.
     first_line = backend.generate([backend.render_prompt(LIST_PROMPT)], 40,
                                   stop=answer_complete)[0]
@@ -52,7 +54,7 @@ def test_answers_a_multi_line_prompt_in_full(llm: LocalLLM, listed: str, backend
     assert len(backend.encode_answer(listed)) < llm.max_new_tokens
 
 
-def test_streams_token_by_token(llm: LocalLLM, listed: str) -> None:
+def test_streams_token_by_token(llm: LocalLlamaIndexLLM, listed: str) -> None:
     chunks = list(llm.stream_complete(LIST_PROMPT))
     assert len(chunks) > 3
     assert "".join(c.delta or "" for c in chunks) == listed == chunks[-1].text
@@ -65,7 +67,7 @@ def test_streams_token_by_token(llm: LocalLLM, listed: str) -> None:
     assert len(deltas) > 3 and "".join(deltas) == listed
 
 
-def test_chat_uses_the_models_chat_template(llm: LocalLLM, backend: Any) -> None:
+def test_chat_uses_the_models_chat_template(llm: LocalLlamaIndexLLM, backend: Any) -> None:
     messages = [ChatMessage(role=MessageRole.SYSTEM, content="You answer with one word."),
                 ChatMessage(role=MessageRole.USER, content="Name a colour.")]
     rendered = llm.render_messages(messages)
@@ -82,7 +84,7 @@ def test_chat_uses_the_models_chat_template(llm: LocalLLM, backend: Any) -> None
     assert asyncio.run(llm.achat(messages)).message.content == reply.message.content
 
 
-def test_refuses_a_prompt_over_the_context_window(llm: LocalLLM) -> None:
+def test_refuses_a_prompt_over_the_context_window(llm: LocalLlamaIndexLLM) -> None:
     started = time.perf_counter()
     for call in (llm.complete, llm.stream_complete):
         with pytest.raises(InvalidInputError) as err:
@@ -93,11 +95,11 @@ def test_refuses_a_prompt_over_the_context_window(llm: LocalLLM) -> None:
 
 def test_refuses_a_backend_without_a_local_model() -> None:
     with pytest.raises(InvalidInputError) as err:
-        LocalLLM(backend=object())
+        LocalLlamaIndexLLM(backend=object())
     assert err.value.field == "backend"
 
 
-def test_drives_router_query_engines_selector(llm: LocalLLM, tm: TrustMargin) -> None:
+def test_drives_router_query_engines_selector(llm: LocalLlamaIndexLLM, tm: TrustMargin) -> None:
     index = BM25Index.build([
         Passage(id="quenby", title="Quenby", text="The Zorblat river flows through Quenby."),
         Passage(id="bridge", title="Velmora Bridge",

@@ -39,7 +39,8 @@ from trustmargin_integrations.langchain import LocalLLM as LangChainLLM
 from trustmargin_integrations.llama_index import (
     METADATA_KEY,
     PIPELINE_METADATA_KEY,
-    LocalLLM,
+    SOURCES_KEY,
+    LocalLlamaIndexLLM,
     PassageRetriever,
     PipelineQueryEngine,
     SearchOrDoneOutputParser,
@@ -87,12 +88,12 @@ def ircot_runs(ircot: IRCoTPipeline) -> dict[str, PipelineResult]:
 
 
 @pytest.fixture(scope="module")
-def llm(tm: TrustMargin) -> LocalLLM:
-    return LocalLLM.from_trustmargin(tm, max_new_tokens=24)
+def llm(tm: TrustMargin) -> LocalLlamaIndexLLM:
+    return LocalLlamaIndexLLM.from_trustmargin(tm, max_new_tokens=24)
 
 
 @pytest.fixture(scope="module")
-def flare(llm: LocalLLM, index: BM25Index) -> FLAREInstructQueryEngine:
+def flare(llm: LocalLlamaIndexLLM, index: BM25Index) -> FLAREInstructQueryEngine:
     inner = RetrieverQueryEngine.from_args(PassageRetriever(index, similarity_top_k=K), llm=llm)
     return build_flare_engine(inner, llm, max_iterations=2)
 
@@ -170,7 +171,7 @@ def test_chain_with_several_candidates(tm: TrustMargin, index: BM25Index, ircot:
                                        router: TrustMarginRouter,
                                        ircot_runs: dict[str, PipelineResult]) -> None:
     bm25 = LangChainLLM.from_trustmargin(tm, max_new_tokens=tm.config.max_new_tokens)
-    chain = build_pipeline_chain({"bm25": bm25, "ircot": ircot}, router, index, k=K)
+    chain = build_pipeline_chain({"bm25": bm25, "ircot": ircot}, router, retriever=index, k=K)
     decision = chain.invoke(YEAR)
     assert [c.name for c in decision.rag_candidates] == ["bm25", "ircot"]
     by_name = {c.name: c for c in decision.rag_candidates}
@@ -256,8 +257,8 @@ def test_chain_bad_construction_names_the_field(tm: TrustMargin, index: BM25Inde
     bm25 = LangChainLLM.from_trustmargin(tm, max_new_tokens=tm.config.max_new_tokens)
     cases = [
         (lambda: build_pipeline_chain(object(), router), "pipeline"),
-        (lambda: build_pipeline_chain({}, router, index), "pipeline"),
-        (lambda: build_pipeline_chain({"bm25": bm25, "x": object()}, router, index),
+        (lambda: build_pipeline_chain({}, router, retriever=index), "pipeline"),
+        (lambda: build_pipeline_chain({"bm25": bm25, "x": object()}, router, retriever=index),
          "pipeline['x']"),
         (lambda: build_pipeline_chain({"bm25": bm25}, router), "retriever"),
         (lambda: build_pipeline_chain(ircot, router, k=0), "k"),
@@ -302,7 +303,9 @@ def test_flare_wrapping_scores_against_the_question_top_k(
     # The evidence is the question's top-k through FLARE's own retriever, whatever FLARE found.
     top = ids(index.search(BRIDGE, K))
     assert ids(decision.passages) == top
-    assert [n.node.node_id for n in response.source_nodes] == top
+    assert [n["id"] for n in response.metadata[SOURCES_KEY]] == top
+    assert [n.node.node_id for n in response.source_nodes] == (
+        top if decision.source != "direct" else [])  # the kept answer's sources
     # What FLARE did is in the audit record: its answer, its nodes, its look-ahead calls.
     inner = decision.metadata["query_engine"]
     assert inner["engine"] == "FLAREInstructQueryEngine"
@@ -319,7 +322,7 @@ def test_flare_wrapping_scores_against_the_question_top_k(
 
 
 def test_flare_evidence_modes(tm: TrustMargin, index: BM25Index,
-                              flare: FLAREInstructQueryEngine, llm: LocalLLM) -> None:
+                              flare: FLAREInstructQueryEngine, llm: LocalLlamaIndexLLM) -> None:
     raw = flare.query(CAPITAL)
     own = [n.node.node_id for n in raw.source_nodes]
     plain = TrustMarginQueryEngine(flare, tm).query(CAPITAL).metadata[METADATA_KEY]
@@ -334,7 +337,7 @@ def test_flare_evidence_modes(tm: TrustMargin, index: BM25Index,
         assert decision.metadata["query_engine"]["evidence"] == "retriever"
         assert ids(decision.passages) == ids(index.search(CAPITAL, 2))
     # Async, with a closed-book LLM running concurrently: its call is not in FLARE's trace.
-    engine = TrustMarginQueryEngine(flare, tm, llm, evidence="retriever", trace=True)
+    engine = TrustMarginQueryEngine(flare, tm, llm=llm, evidence="retriever", trace=True)
     response = asyncio.run(engine.aquery(CAPITAL))
     trace = response.metadata[METADATA_KEY].metadata["query_engine"]["trace"]
     assert trace and all(s["args"] != {"question": CAPITAL} for s in trace

@@ -23,7 +23,7 @@ from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.langchain import TrustMarginRouter
 from trustmargin_integrations.llama_index import (
     METADATA_KEY,
-    LocalLLM,
+    LocalLlamaIndexLLM,
     PassageRetriever,
     TrustMarginQueryEngine,
 )
@@ -182,7 +182,7 @@ def test_the_llama_index_engine_applies_a_calibrated_always_rag(tm: TrustMargin)
         tm.backend, _calibration(Policy.always_rag()), TrustMarginConfig(max_new_tokens=8))
     retriever = PassageRetriever(BM25Index.build([Passage(id="q", text=PASSAGES[0])]),
                                  similarity_top_k=1)
-    llm = LocalLLM.from_trustmargin(calibrated)
+    llm = LocalLlamaIndexLLM.from_trustmargin(calibrated)
     engine = TrustMarginQueryEngine(RetrieverQueryEngine.from_args(retriever, llm=llm),
                                     calibrated, llm=llm)
     response = engine.query("Which river flows through Quenby?")

@@ -17,10 +17,17 @@ the retrievers (bm25s, PyStemmer, numpy) or torch.
 
 from __future__ import annotations
 
+import warnings
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from trustmargin_integrations._version import __version__ as __version__
+
+# In a Jupyter kernel without ipywidgets, importing tqdm.auto (as transformers and the
+# arbiter's optional progress bar do) warns "IProgress not found" and falls back to a text bar
+# that works. The warning is about the notebook's widgets, not about anything this package
+# does, so this one message, from tqdm only, is not shown.
+warnings.filterwarnings("ignore", message="IProgress not found", module=r"tqdm(\.|$)")
 
 if TYPE_CHECKING:
     from trustmargin_integrations.answers import answers_agree, clean_answer, normalize_answer

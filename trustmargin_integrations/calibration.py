@@ -5,17 +5,20 @@ files this package ships for named models.
 A file without a ``policy`` (written before policies existed, like the shipped ones) means
 "the margin rule with its lambda_bind and tau".
 
-``TrustMargin.from_pretrained(model, calibration=path_or_"shipped")`` loads one
-(:meth:`Calibration.coerce`), refuses it for another model or prompt version
-(:meth:`Calibration.check`) and applies it to the config (:meth:`Calibration.apply`). The
-fitting that writes these files (``trustmargin calibrate``) is
+``TrustMargin.from_pretrained(model, calibration=...)`` picks one with :func:`calibration_for`
+(by default the file shipped for a named model; ``None`` for the paper's rule), refuses it for
+another model or prompt version (:meth:`Calibration.check`) and applies it to the config
+(:meth:`Calibration.apply`). The fitting that writes these files (``trustmargin calibrate``) is
 :mod:`trustmargin_integrations.evaluation.calibration`.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
+import threading
+from collections.abc import Mapping
 from importlib.resources import files
 from pathlib import Path
 from typing import Any, Literal
@@ -32,6 +35,12 @@ Objective = Literal["f1", "em"]
 """The mean a calibration maximizes."""
 SHIPPED = "shipped"
 """``calibration="shipped"``: the file this package ships for a named model."""
+AUTO = "auto"
+"""``calibration="auto"`` (``from_pretrained``'s default): the file shipped for a named model
+(the domain check's policy); for any other model, or when the caller's config sets the rule
+itself, the config as given (the paper's rule by default)."""
+_RULE_FIELDS = frozenset({"policy", "tau", "lambda_bind"})
+logger = logging.getLogger(__name__)
 _NUMBER_LIST = re.compile(r"\[\s*(-?[\d.eE+-]+(?:,\s*-?[\d.eE+-]+)*)\s*\]")
 
 
@@ -249,3 +258,57 @@ def shipped_path(model: str | None) -> Path:
             "use one of those models, or fit your own: `trustmargin eval --model ...` then "
             "`trustmargin calibrate RUN_DIR`")
     return Path(str(files("trustmargin_integrations").joinpath(f"calibrations/{model}.json")))
+
+
+_TOLD: set[str] = set()
+_TOLD_LOCK = threading.Lock()
+
+
+def _tell_once(model: str) -> None:
+    """Log, once per model and process, that no policy is shipped and the paper's rule runs."""
+    with _TOLD_LOCK:
+        if model in _TOLD:
+            return
+        _TOLD.add(model)
+    logger.warning(
+        "No decision policy is shipped for model %r: the paper's rule (lambda_bind 0.5, tau "
+        "-1.5) decides. It does not help on every domain; run `trustmargin check "
+        "questions.jsonl --model %s` on 50 or more labeled questions of yours and load its "
+        "policy.json with from_pretrained(model, calibration=...). Pass calibration=None to "
+        "choose the paper's rule explicitly (and silence this message).", model, model)
+
+
+def calibration_for(value: Any, model: str,
+                    config: TrustMarginConfig | Mapping[str, Any] | None = None
+                    ) -> Calibration | None:
+    """The calibration ``TrustMargin.from_pretrained(model, config=..., calibration=value)``
+    applies (None: the config as given, the paper's rule by default). Reads no model.
+
+    - :data:`AUTO` (the default): the policy shipped for a named model (``trustmargin check``'s
+      verdict for it); a model without one gets the paper's rule, and a warning is logged once
+      saying the domain check should decide. A config that sets ``policy``, ``tau`` or
+      ``lambda_bind`` itself keeps its own rule.
+    - None: the config as given (the paper's rule unless the config says otherwise).
+    - :data:`SHIPPED`, a path or a :class:`Calibration`: that calibration
+      (:meth:`Calibration.coerce`).
+
+    Raises:
+        InvalidInputError: (field ``calibration``) no such file, or not a calibration file,
+            or ``"shipped"`` for a model without one.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str) and value == AUTO:
+        given = set(config) if isinstance(config, Mapping) else (
+            config.model_fields_set if config is not None else set())
+        if given & _RULE_FIELDS:
+            return None
+        if model in shipped_models():
+            return Calibration.load(shipped_path(model))
+        _tell_once(model)
+        return None
+    if not isinstance(value, str | Path | Calibration):
+        raise InvalidInputError("calibration", f"a {type(value).__name__} is not a "
+                                "calibration", f"pass {AUTO!r} (the default), None for the "
+                                f"paper's rule, {SHIPPED!r}, a file path or a Calibration")
+    return Calibration.coerce(value, model=model)

@@ -13,6 +13,14 @@ PAPER_LAMBDA_BIND: float = 0.5
 PAPER_TAU: float = -1.5
 """The paper's decision threshold (Section 4.3): RAG is chosen iff M > tau."""
 
+CHAT_MAX_NEW_TOKENS: int = 256
+"""New tokens per answer of the LLM wrappers (LangChain ``LocalLLM`` / ``LocalChatModel``,
+LlamaIndex ``LocalLlamaIndexLLM``) unless set: they answer a user's prompt in full, a few chat
+paragraphs. The arbiter's own candidates are the paper's short answers instead
+(``TrustMarginConfig.max_new_tokens``, 20, stopped after their first line)."""
+CHAT_MAX_NEW_TOKENS_LIMIT: int = 8192
+"""The most new tokens a wrapper may be asked for (the embedded model's whole window)."""
+
 TAU_LIMIT: float = 100.0
 """``|tau|`` may be at most this. Margins are differences of per-token log-likelihoods, a few
 nats in practice (the calibration grid spans -5..3); a threshold of 100 nats per token
@@ -59,6 +67,13 @@ def invalid_input(exc: ValidationError, fix: str, prefix: str = "") -> InvalidIn
                              fix)
 
 
+def typed_error(exc: ValidationError, fix: str) -> InvalidInputError:
+    """A pydantic error as the project's: the InvalidInputError a validator raised inside it
+    (pydantic wraps it), else :func:`invalid_input` with ``fix``."""
+    inner = (exc.errors()[0].get("ctx") or {}).get("error")
+    return inner if isinstance(inner, InvalidInputError) else invalid_input(exc, fix)
+
+
 def check_rule_value(name: str, value: Any) -> float:
     """``tau`` or ``lambda_bind`` checked against the bounds above (the one rule for both
     the config and :meth:`Decision.replay`)."""
@@ -94,7 +109,10 @@ class TrustMarginConfig(BaseModel):
         description="Token budget of the concatenated passage context (capped further to "
                     "what fits the model's window)."
     )
-    max_new_tokens: int = Field(20, ge=1, le=512, description="Greedy generation length.")
+    max_new_tokens: int = Field(
+        20, ge=1, le=512, description="Greedy generation length of the arbiter's own "
+                                      "candidates (the paper's short answers; the LLM "
+                                      "wrappers use CHAT_MAX_NEW_TOKENS, 256).")
     clean_answers: bool = Field(
         True, description="Score every candidate on its short form: a generation cut by the "
                           "paper's policy (first line, no 'Answer:' label, quotes or final "
@@ -140,7 +158,4 @@ class TrustMarginConfig(BaseModel):
             return super().model_validate(obj, *args, **kwargs)
         except ValidationError as exc:
             # pydantic validates through the custom __init__ and wraps its ValueError.
-            inner = (exc.errors()[0].get("ctx") or {}).get("error")
-            if isinstance(inner, InvalidInputError):
-                raise inner from None
-            raise invalid_input(exc, _RULE_FIX) from None
+            raise typed_error(exc, _RULE_FIX) from None

@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from trustmargin_integrations.config import typed_error
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.schema import ArbitrationInput, Passage, PassageRef
 
@@ -227,6 +228,21 @@ def _encodable(value: str, field_name: str) -> None:
                                 f"character {exc.start})",
                                 "pass text that encodes as UTF-8 (no lone surrogates such as "
                                 "\\ud800)") from None
+
+
+class TypedFields:
+    """Mixin for the pydantic models at an adapter's edge (LangChain retrievers, routers and
+    models, LlamaIndex LLMs): a bad constructor argument is an :class:`InvalidInputError`
+    naming it, as everywhere else in the package, not pydantic's ``ValidationError`` (which
+    also wraps the InvalidInputError a field validator raises). Put it first in the bases.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            super().__init__(*args, **kwargs)
+        except ValidationError as exc:
+            raise typed_error(exc, f"pass a value of the documented type (see "
+                                   f"{type(self).__name__}'s fields)") from None
 
 
 def check_question(value: Any, field_name: str = "question",

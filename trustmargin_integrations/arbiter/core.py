@@ -22,7 +22,7 @@ from trustmargin_integrations.arbiter.plan import plan_question, score_rows
 from trustmargin_integrations.arbiter.preparation import PreparedQuestion, prepare_valid
 from trustmargin_integrations.backends.base import Backend
 from trustmargin_integrations.backends.loading import load_backend
-from trustmargin_integrations.calibration import Calibration
+from trustmargin_integrations.calibration import AUTO, Calibration, calibration_for
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.prompts import PROMPT_VERSION
@@ -72,21 +72,31 @@ class TrustMargin:
         model: str = "smollm2-135m",
         *,
         config: TrustMarginConfig | None = None,
-        calibration: str | Path | Calibration | None = None,
+        calibration: str | Path | Calibration | None = AUTO,
         **backend_kwargs: Any,
     ) -> TrustMargin:
         """Load a local transformers backend (a named model, HF id, directory or GGUF file).
 
-        ``calibration``: a file written by ``trustmargin calibrate``, a loaded
-        :class:`~trustmargin_integrations.calibration.Calibration`, or ``"shipped"`` for the
-        calibration this package ships for a named model; its lambda_bind and tau replace the
-        config's, after checking it was fitted for this model and prompt version.
+        ``calibration`` (:func:`~trustmargin_integrations.calibration.calibration_for`) says
+        who decides:
+
+        - ``"auto"`` (the default): the policy this package ships for a named model (the domain
+          check's verdict; for ``smollm2-135m`` and ``qwen2.5-1.5b`` it is always-RAG); any
+          other model gets the paper's rule, and a warning logged once says that the domain
+          check (``trustmargin check``) should decide. A ``config`` that sets ``policy``,
+          ``tau`` or ``lambda_bind`` keeps its own rule.
+        - ``None``: the paper's rule (lambda_bind 0.5, tau -1.5), or the rule ``config`` sets.
+        - a file written by ``trustmargin calibrate`` / ``trustmargin check``, a loaded
+          :class:`~trustmargin_integrations.calibration.Calibration`, or ``"shipped"``: its
+          policy and numbers replace the config's, after checking it was fitted for this model
+          and prompt version.
+
+        ``backend_kwargs`` go to the backend (``device``, ``dtype``, ``progress``, ...).
         """
-        if calibration is None:
-            return cls(load_backend(model, **backend_kwargs), config)
         # A bad file fails before the model loads.
-        fitted = Calibration.coerce(calibration, model=model)
-        return cls.calibrated(load_backend(model, **backend_kwargs), fitted, config)
+        fitted = calibration_for(calibration, model, config)
+        backend = load_backend(model, **backend_kwargs)
+        return cls(backend, config) if fitted is None else cls.calibrated(backend, fitted, config)
 
     @classmethod
     def calibrated(

@@ -35,6 +35,8 @@ def load_arbiter(model: str, device: str | None, dtype: str | None, *,
     loading.check_model_source(model)
     loading.check_device(device)
     with console.status(f"loading {model} ..."):
+        # Without --calibration the command applies the paper's rule (fitted is None), as
+        # the demo and the paper's tables do; --calibration shipped loads the shipped policy.
         return TrustMargin.from_pretrained(model, device=device, dtype=dtype, config=settings,
                                            calibration=fitted)
 

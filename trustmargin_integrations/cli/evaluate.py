@@ -200,9 +200,12 @@ def _evaluate(settings: _Settings,
     from trustmargin_integrations.evaluation.rundir import open_store, record_dataset
 
     s = settings
+    # The paper's rule, explicitly: eval reproduces the paper (the shipped policy is what
+    # `trustmargin check` concluded from such runs, not what they measure).
     tm = TrustMargin.from_pretrained(s.model, dtype=s.dtype, device=s.device,
                                      config=TrustMarginConfig(top_k=s.top_k,
-                                                              batch_size=s.batch_size))
+                                                              batch_size=s.batch_size),
+                                     calibration=None)
     store = open_store(s.run_dir)
     command_line = shlex.join(["trustmargin", *sys.argv[1:]])
     for name, all_examples, examples, source in plans:

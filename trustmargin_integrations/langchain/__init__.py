@@ -8,7 +8,12 @@
 - :mod:`.router`: :class:`TrustMarginRouter` and its per-call settings (``tau``,
   ``lambda_bind``).
 - :mod:`.llms`: :class:`LocalLLM` and :class:`LocalChatModel` on a local backend.
-- :mod:`.dropin`: :func:`with_trustmargin`, TrustMargin inserted into a tutorial-shaped chain.
+- :mod:`.dropin`: :func:`with_trustmargin`, TrustMargin inserted into a user's chain
+  (:class:`TrustMarginChain`: the chain's own input schema and output type, both sides run
+  concurrently, streaming with the sides told apart).
+- :mod:`.graph`: :func:`trustmargin_node`, TrustMargin as a LangGraph node (a state update of
+  its own keys, margins on the custom stream) and :class:`TrustMarginState`, those keys.
+- :mod:`.rewire`: a user's LCEL chain with one part (the retriever, the prompt) swapped.
 - :mod:`.decisions`: the chosen answer's text and a readable summary of a Decision.
 - :mod:`.chains`: :func:`build_trustmargin_chain`.
 - :mod:`.pipelines`: :class:`PipelineRunnable` and :func:`build_pipeline_chain` for IRCoT,
@@ -32,7 +37,14 @@ generator treat the threshold as a starting point and re-check it on your own da
 from trustmargin_integrations.langchain.chains import build_trustmargin_chain
 from trustmargin_integrations.langchain.decisions import DECISION_EVENT, describe_decision
 from trustmargin_integrations.langchain.documents import document_to_passage, passage_to_document
-from trustmargin_integrations.langchain.dropin import with_trustmargin
+from trustmargin_integrations.langchain.dropin import (
+    CORRECTION_EVENT,
+    SIDE_RUN_NAMES,
+    SIDE_TAGS,
+    TrustMarginChain,
+    with_trustmargin,
+)
+from trustmargin_integrations.langchain.graph import TrustMarginState, trustmargin_node
 from trustmargin_integrations.langchain.inputs import TrustMarginInput
 from trustmargin_integrations.langchain.llms import LocalChatModel, LocalLLM
 from trustmargin_integrations.langchain.pipelines import (
@@ -46,22 +58,28 @@ from trustmargin_integrations.langchain.retrievers import PipelineRetriever, Tru
 from trustmargin_integrations.langchain.router import MARGINS_EVENT, TrustMarginRouter
 
 __all__ = [
+    "CORRECTION_EVENT",
     "DECISION_EVENT",
     "MARGINS_EVENT",
     "PIPELINES_KEY",
     "PIPELINE_EVENT",
     "PIPELINE_KEY",
+    "SIDE_RUN_NAMES",
+    "SIDE_TAGS",
     "LocalChatModel",
     "LocalLLM",
     "PipelineRetriever",
     "PipelineRunnable",
+    "TrustMarginChain",
     "TrustMarginInput",
     "TrustMarginRetriever",
     "TrustMarginRouter",
+    "TrustMarginState",
     "build_pipeline_chain",
     "build_trustmargin_chain",
     "describe_decision",
     "document_to_passage",
     "passage_to_document",
+    "trustmargin_node",
     "with_trustmargin",
 ]

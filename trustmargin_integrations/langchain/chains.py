@@ -35,6 +35,7 @@ from trustmargin_integrations.langchain.router import (
     CONFIG_SPECS,
     MARGINS_EVENT,
     TrustMarginRouter,
+    as_router,
     margins_payload,
     settings_key,
 )
@@ -146,13 +147,16 @@ def no_documents(value: Mapping[str, Any]) -> bool:
 
 def build_trustmargin_chain(
     retriever: Runnable[str, list[Document]] | Retriever,
-    closed_book: Runnable[Any, Any] | BaseLanguageModel[Any] | None,
-    rag: Runnable[Any, Any] | BaseLanguageModel[Any] | None,
-    router: TrustMarginRouter,
-    *,
+    tm: TrustMargin | TrustMarginRouter,
+    *legacy: Any,
+    closed_book: Runnable[Any, Any] | BaseLanguageModel[Any] | None = None,
+    rag: Runnable[Any, Any] | BaseLanguageModel[Any] | None = None,
     k: int | None = None,
 ) -> Runnable[Any, Decision]:
     """The full chain: retrieve -> both answers -> route, from the question to a Decision.
+
+    Arguments follow the package's one style: what is wrapped (the retriever) and the arbiter
+    positionally, everything else by name.
 
     With ``closed_book`` and ``rag`` both ``None`` the chain is the core's own pipeline
     (``router.tm.answer_batch``): the scorer model retrieves, generates both candidates and
@@ -174,13 +178,24 @@ def build_trustmargin_chain(
         rag: a chain reading ``{"question", "context", "documents"}`` where ``context`` is
             the documents joined as ``Passage i: title: text`` lines, or a bare model, which
             gets the paper's question+context prompt.
-        router: the :class:`TrustMarginRouter` that decides (its ``tm`` is the scorer).
+        tm: the arbiter (its model scores), or the :class:`TrustMarginRouter` that decides.
         k: passages per question for a project retriever (default ``tm.config.top_k``) or a
             :class:`TrustMarginRetriever` (default its own ``k``).
 
     Returns:
         A Runnable from the question (str or ``{"question": ...}``) to a ``Decision``.
+
+    Raises:
+        InvalidInputError: ``tm`` is neither a TrustMargin nor a router (the order of
+            releases before 0.2, ``(retriever, closed_book, rag, router)``, is refused with
+            the new form as the fix).
     """
+    if legacy:
+        raise InvalidInputError(
+            "build_trustmargin_chain", f"takes 2 positional arguments, got {2 + len(legacy)}",
+            "pass the candidates by name: build_trustmargin_chain(retriever, router, "
+            "closed_book=..., rag=...)")
+    router = as_router(tm)
     question = RunnableLambda(question_of, name="question")
     if closed_book is None and rag is None:
         search, passages = as_project_retriever(retriever, k)

@@ -39,9 +39,10 @@ class TrustMarginInput(BaseModel):
     router's local model to generate that candidate. The evidence is ``documents``
     (LangChain ``Document`` objects, e.g. a retriever's output, or their dict form) or, when
     there are no documents, ``context`` (passage strings; a single string counts as one
-    passage). An empty list means nothing was retrieved: the decision is the closed-book
-    answer with reason ``no_evidence``. When both are present ``documents`` is used, so a
-    chain may keep a formatted ``context`` string for its RAG prompt next to the documents.
+    passage). An empty list, or an empty (or blank) ``context`` string, means nothing was
+    retrieved: the decision is the closed-book answer with reason ``no_evidence``. When both
+    are present ``documents`` is used, so a chain may keep a formatted ``context`` string for
+    its RAG prompt next to the documents.
 
     Optional: ``rag_candidates`` gives several RAG-side candidates at once (e.g. ``{"bm25":
     ..., "ircot": ...}``, with ``rag_answer=None``); the rule keeps Direct or the best of
@@ -133,7 +134,12 @@ def core_input(value: Any, where: str | None) -> tuple[dict[str, Any], dict[str,
         passages: Any = [document_to_passage(d) for d in record.documents]
         key = "documents"
     elif record.context is not None:
-        passages = [record.context] if isinstance(record.context, str) else record.context
+        # A blank context string is what a format_docs step makes of no documents: nothing
+        # was retrieved, like an empty list (a blank entry in a list is still refused).
+        if isinstance(record.context, str):
+            passages = [record.context] if record.context.strip() else []
+        else:
+            passages = record.context
         key = "context"
     else:
         name = f"{where}.documents" if where else "documents"
@@ -164,6 +170,17 @@ def question_of(value: Any) -> str:
         raise InvalidInputError("question", f"must be a string, got {type(value).__name__}",
                                 "invoke the chain with the question text")
     return value
+
+
+def positional(name: str, value: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with the first argument of a pydantic Runnable's constructor, which may come
+    positionally (``TrustMarginRouter(tm)``) or by name (``TrustMarginRouter(tm=tm)``)."""
+    if value is None:
+        return kwargs
+    if name in kwargs:
+        raise InvalidInputError(name, "is given twice (positionally and by name)",
+                                f"pass {name} once")
+    return {name: value, **kwargs}
 
 
 def check_pipeline(value: Any, field: str) -> Any:

@@ -8,11 +8,13 @@ first-line stop belongs to the arbiter's own candidates only; these models answe
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import LLM, BaseChatModel
+from langchain_core.language_models import LLM, BaseChatModel, LanguageModelInput
 from langchain_core.messages import (
     AIMessage,
     AIMessageChunk,
@@ -20,15 +22,34 @@ from langchain_core.messages import (
     ChatMessage,
     HumanMessage,
     SystemMessage,
+    ToolMessage,
 )
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult, GenerationChunk
+from langchain_core.runnables import Runnable, RunnableLambda, RunnableParallel
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trustmargin_integrations.arbiter import TrustMargin
+from trustmargin_integrations.config import CHAT_MAX_NEW_TOKENS, CHAT_MAX_NEW_TOKENS_LIMIT
 from trustmargin_integrations.errors import InvalidInputError
-
-DEFAULT_MAX_NEW_TOKENS = 256
-"""New tokens per answer unless set: room for a few chat paragraphs."""
+from trustmargin_integrations.guided import (
+    GuidedDecoder,
+    StructuredOutputError,
+    check,
+    instruction,
+    local_decoder,
+    parse_free,
+    prompt_ids,
+    stream_greedy,
+    structured_reply,
+)
+from trustmargin_integrations.langchain.structured import (
+    parse_tool_call,
+    schema_of,
+    tool_call,
+    tools_instruction,
+)
+from trustmargin_integrations.validation import TypedFields
 
 _ROLES = {HumanMessage: "user", AIMessage: "assistant", SystemMessage: "system"}
 
@@ -42,64 +63,14 @@ def _local_backend(value: Any) -> Any:
     return value
 
 
-def prompt_ids(backend: Any, rendered: str, max_new_tokens: int, field: str
-               ) -> tuple[list[int], int]:
-    """The rendered prompt's token ids and the new-token budget that fits the model's window.
-
-    A prompt that leaves no room to answer is refused before any model call (a prompt of
-    tens of thousands of tokens would otherwise spend minutes in prefill and then fail).
-    """
-    ids = backend.encode_prompt(rendered)
-    window = getattr(backend, "context_window", None)
-    if isinstance(window, int) and len(ids) >= window:
-        raise InvalidInputError(field, f"is {len(ids)} tokens, more than the model's "
-                                f"{window}-token window", "shorten it: fewer or shorter "
-                                "documents in the context, or a model with a longer window")
-    room = max_new_tokens if window is None else min(max_new_tokens, window - len(ids))
-    return ids, room
-
-
-def stream_greedy(backend: Any, ids: list[int], max_new_tokens: int,
-                  stop: Sequence[str] | None = None) -> Iterator[str]:
-    """Greedy decoding of ``ids`` as text pieces, until EOS, a stop sequence (left out of the
-    text) or ``max_new_tokens``: a chat answer runs on past its first line (the first-line
-    stop belongs to the paper's candidates only).
-
-    Drives the backend's public token-level decoding (``greedy_tokens``, which takes the
-    model's lock per forward pass, never across a yield, so an abandoned or async stream
-    never holds the model).
-    """
-    stops = [s for s in stop or [] if s]
-    # Text that could still become a stop sequence is held back until it cannot.
-    hold = max((len(s) for s in stops), default=1) - 1
-    generated: list[int] = []
-    sent, text = 0, ""
-    for token in backend.greedy_tokens(ids, max_new_tokens):
-        if token in backend.eos_token_ids:
-            break
-        generated.append(token)
-        text = backend.decode_tokens(generated)
-        cut = min((i for i in (text.find(s) for s in stops) if i != -1), default=-1)
-        if cut != -1:
-            yield text[sent:cut]
-            return
-        # An incomplete multi-byte character decodes as U+FFFD: wait for the next token.
-        ready = len(text) - hold if not text.endswith("\ufffd") else sent
-        if ready > sent:
-            yield text[sent:ready]
-            sent = ready
-    if len(text) > sent:
-        yield text[sent:]
-
-
-class _LocalModel(BaseModel):
+class _LocalModel(TypedFields, BaseModel):
     """What both models share: the backend, the budget, greedy streaming of a prompt (a
     pydantic model, so both LangChain classes get the same fields and validation)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     backend: Any = Field(description="A local Backend, e.g. tm.backend or HFBackend.load().")
-    max_new_tokens: int = Field(DEFAULT_MAX_NEW_TOKENS, ge=1, le=4096,
+    max_new_tokens: int = Field(CHAT_MAX_NEW_TOKENS, ge=1, le=CHAT_MAX_NEW_TOKENS_LIMIT,
                                 description="Most new tokens per answer (greedy).")
 
     @field_validator("backend")
@@ -110,6 +81,9 @@ class _LocalModel(BaseModel):
     @classmethod
     def from_trustmargin(cls, tm: TrustMargin, **kwargs: Any) -> Any:
         """Share the arbiter's model (no second copy in memory)."""
+        if not isinstance(tm, TrustMargin):
+            raise InvalidInputError("tm", f"a {type(tm).__name__} is not a TrustMargin",
+                                    "pass TrustMargin.from_pretrained()")
         return cls(backend=tm.backend, **kwargs)
 
     @property
@@ -158,13 +132,23 @@ def render_messages(backend: Any, messages: Sequence[BaseMessage]) -> str:
     """
     turns = []
     for i, message in enumerate(messages):
+        if isinstance(message, ToolMessage):
+            # The result of a call, as the user turn that brings it back (a small model's
+            # chat template has no tool role).
+            turns.append({"role": "user", "content": f"Result of the tool call "
+                          f"{message.name or message.tool_call_id}: {message.text}"})
+            continue
         role = (message.role if isinstance(message, ChatMessage)
                 else next((r for t, r in _ROLES.items() if isinstance(message, t)), None))
         if role not in ("system", "user", "assistant"):
             raise InvalidInputError(f"messages[{i}]", f"is a {type(message).__name__}, which "
-                                    "a local chat model cannot take", "send system, human and "
-                                    "ai messages (tool calls are not supported)")
-        turns.append({"role": role, "content": message.text})
+                                    "a local chat model cannot take", "send system, human, ai "
+                                    "and tool messages")
+        content = message.text
+        if isinstance(message, AIMessage) and message.tool_calls and not content:
+            content = "\n".join(json.dumps({"name": c["name"], "arguments": c["args"]},
+                                           ensure_ascii=False) for c in message.tool_calls)
+        turns.append({"role": role, "content": content})
     if not getattr(backend.tokenizer, "chat_template", None):
         lines = [f"{t['role'].capitalize()}: {t['content']}" for t in turns]
         return "\n".join([*lines, "Assistant:"])
@@ -192,18 +176,137 @@ class LocalChatModel(_LocalModel, BaseChatModel):
     def _llm_type(self) -> str:
         return "trustmargin-local-chat"
 
+    # -- tools and structured output ---------------------------------------------------------
+
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any
+                   ) -> Runnable[LanguageModelInput, AIMessage]:
+        """The model with ``tools`` (functions, ``BaseTool`` objects, pydantic classes or
+        OpenAI tool dicts) offered in a system instruction.
+
+        ``tool_choice``: ``None`` / ``"auto"`` lets the model answer or reply with a JSON call
+        (a small model seldom does); ``"any"`` / ``"required"`` / ``True`` forces a call of the
+        most likely tool, a tool's name forces that one: the call's arguments are then written
+        by schema-guided decoding (see :mod:`.structured`) and come back as
+        ``AIMessage.tool_calls``; ``"none"`` offers no tool. A ``ToolMessage`` in the
+        conversation is passed back to the model as the call's result.
+        """
+        formatted = [convert_to_openai_tool(tool) for tool in tools]
+        names = [t["function"]["name"] for t in formatted]
+        return self.bind(tools=formatted, tool_choice=_tool_choice(tool_choice, names),
+                         **kwargs)
+
+    def with_structured_output(self, schema: Any = None, *, include_raw: bool = False,
+                               **kwargs: Any) -> Runnable[LanguageModelInput, Any]:
+        """The model answering with one object of ``schema`` (a pydantic class, a TypedDict or
+        a JSON schema), written by schema-guided decoding: the decoder writes the JSON and the
+        model fills in each value (see :mod:`.structured`); the object is then validated.
+
+        Returns the pydantic instance (a pydantic class) or the dict. A reply that does not
+        fit the schema raises :class:`~.structured.StructuredOutputError` (an
+        ``OutputParserException``) naming the place, the problem and the reply; with
+        ``include_raw=True`` the result is ``{"raw": AIMessage, "parsed": ..., "parsing_error":
+        ...}`` and nothing is raised.
+        """
+        if schema is None:
+            raise InvalidInputError("schema", "is missing", "pass a pydantic class, a "
+                                    "TypedDict or a JSON schema dict")
+        json_schema, validate = schema_of(schema)
+        bound = self.bind(json_schema=json_schema, **kwargs)
+
+        def parse(message: AIMessage) -> Any:
+            reply = message.text
+            return check(parse_free(reply, json_schema), json_schema, validate, reply)
+
+        parser = RunnableLambda(parse, name="parse_structured_output")
+        if not include_raw:
+            return bound | parser
+
+        def parsed(state: dict[str, Any]) -> dict[str, Any]:
+            try:
+                return {**state, "parsed": parse(state["raw"]), "parsing_error": None}
+            except StructuredOutputError as exc:
+                return {**state, "parsed": None, "parsing_error": exc}
+
+        return RunnableParallel(raw=bound) | RunnableLambda(parsed, name="parse_or_error")
+
+    def _decoder(self, root: Any) -> GuidedDecoder:
+        return local_decoder(self.backend, root, field="messages")
+
+    def _special_turn(self, messages: list[BaseMessage], json_schema: Any, tools: Any,
+                      tool_choice: Any) -> AIMessage:
+        """A structured or tool-calling reply (the plain chat turn streams instead)."""
+        if json_schema is not None:
+            rendered = render_messages(self.backend, [SystemMessage(instruction(json_schema)),
+                                                      *messages])
+            return AIMessage(content=structured_reply(self._decoder(json_schema), rendered,
+                                                      json_schema, self.max_new_tokens))
+        rendered = render_messages(self.backend, [SystemMessage(tools_instruction(tools)),
+                                                  *messages])
+        decoder = self._decoder({})
+        if tool_choice is None:
+            reply = decoder.generate(rendered, [], self.max_new_tokens)
+            call = parse_tool_call(reply, tools)
+            if call is None:
+                return AIMessage(content=reply)
+        else:
+            call = tool_call(decoder, rendered, tools, None if tool_choice == "any"
+                             else tool_choice)
+        return AIMessage(content="", tool_calls=[{**call, "id": f"call_{uuid.uuid4().hex[:12]}",
+                                                  "type": "tool_call"}])
+
+    # -- generation --------------------------------------------------------------------------
+
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any
                   ) -> ChatResult:
+        special = _special(kwargs)
+        if special is not None:
+            message = self._special_turn(messages, *special)
+            return ChatResult(generations=[ChatGeneration(message=message)])
         text = "".join(chunk.text for chunk in self._stream(messages, stop, run_manager))
         return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])
 
     def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                 run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any
                 ) -> Iterator[ChatGenerationChunk]:
+        special = _special(kwargs)
+        if special is not None:
+            # A tool call or a JSON object is decided whole: one chunk.
+            message = self._special_turn(messages, *special)
+            yield ChatGenerationChunk(message=AIMessageChunk(
+                content=message.text, tool_call_chunks=[
+                    {"name": c["name"], "args": json.dumps(c["args"]), "id": c["id"],
+                     "index": i, "type": "tool_call_chunk"}
+                    for i, c in enumerate(message.tool_calls)]))
+            return
         rendered = render_messages(self.backend, messages)
         for piece in self._pieces(rendered, stop, "messages"):
             chunk = ChatGenerationChunk(message=AIMessageChunk(content=piece))
             if run_manager is not None:
                 run_manager.on_llm_new_token(piece, chunk=chunk)
             yield chunk
+
+
+def _special(kwargs: dict[str, Any]) -> tuple[Any, Any, Any] | None:
+    """``(json_schema, tools, tool_choice)`` when a call asks for structured output or offers
+    tools (bound by with_structured_output / bind_tools); None for a plain chat turn."""
+    json_schema, tools = kwargs.get("json_schema"), kwargs.get("tools")
+    tool_choice = kwargs.get("tool_choice")
+    if json_schema is None and (not tools or tool_choice == "none"):
+        return None
+    return json_schema, tools, tool_choice
+
+
+def _tool_choice(value: Any, names: list[str]) -> str | None:
+    """``tool_choice`` as None (the model may call), ``"any"`` (it must call one), a tool's
+    name (it must call that one) or ``"none"``."""
+    if value in (None, "auto", False):
+        return None
+    if value in ("any", "required", True):
+        return "any"
+    if isinstance(value, dict):
+        value = (value.get("function") or {}).get("name", value.get("name"))
+    if value == "none" or value in names:
+        return str(value)
+    raise InvalidInputError("tool_choice", f"is {value!r}, not one of the tools {names}",
+                            "pass 'auto', 'any', 'none' or a bound tool's name")

@@ -20,15 +20,20 @@ from langchain_core.runnables import (
 from langchain_core.runnables.config import run_in_executor
 from pydantic import ConfigDict, Field
 
+from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.langchain.chains import answer_step, context_of, retrieval_step
-from trustmargin_integrations.langchain.inputs import check_pipeline, pipeline_question
+from trustmargin_integrations.langchain.inputs import (
+    check_pipeline,
+    pipeline_question,
+    positional,
+)
 from trustmargin_integrations.langchain.retrievers import as_langchain_retriever
-from trustmargin_integrations.langchain.router import TrustMarginRouter
+from trustmargin_integrations.langchain.router import TrustMarginRouter, as_router
 from trustmargin_integrations.prompts import QUESTION_CONTEXT_TEMPLATE, QUESTION_ONLY_TEMPLATE
 from trustmargin_integrations.retrieval.base import Retriever
 from trustmargin_integrations.schema import Decision
-from trustmargin_integrations.validation import check_k
+from trustmargin_integrations.validation import TypedFields, check_k
 
 PIPELINE_EVENT = "trustmargin_pipeline"
 """Name of the custom callback event each pipeline run emits with its trace
@@ -43,7 +48,7 @@ PIPELINES_KEY = "pipelines"
 """``Decision.metadata`` key of the traces (name -> trace) when several candidates compete."""
 
 
-class PipelineRunnable(RunnableSerializable[Any, Any]):
+class PipelineRunnable(TypedFields, RunnableSerializable[Any, Any]):
     """A multi-step RAG pipeline (IRCoT, FLARE, CLeHe-RAG, DTR-RAG) as a Runnable:
     question -> :class:`~trustmargin_integrations.pipelines.PipelineResult`.
 
@@ -64,9 +69,10 @@ class PipelineRunnable(RunnableSerializable[Any, Any]):
     pipeline: Any = Field(description="A project pipeline (see trustmargin_integrations."
                                       "pipelines.build_pipeline).")
 
-    def __init__(self, pipeline: Any, **kwargs: Any) -> None:
-        # Checked here, not in a field validator, so the error is the typed InvalidInputError.
-        super().__init__(pipeline=check_pipeline(pipeline, "pipeline"), **kwargs)
+    def __init__(self, pipeline: Any = None, /, **kwargs: Any) -> None:
+        given = positional("pipeline", pipeline, kwargs)
+        super().__init__(**{**given, "pipeline": check_pipeline(given.get("pipeline"),
+                                                                "pipeline")})
 
     @property
     def InputType(self) -> type[str]:  # noqa: N802 (LangChain's name)
@@ -165,9 +171,9 @@ def _router_input(state: Mapping[str, Any], single: str | None) -> dict[str, Any
 
 def build_pipeline_chain(
     pipeline: Any,
-    router: TrustMarginRouter,
-    retriever: Runnable[str, list[Document]] | Retriever | None = None,
+    tm: TrustMargin | TrustMarginRouter,
     *,
+    retriever: Runnable[str, list[Document]] | Retriever | None = None,
     closed_book: Runnable[Any, Any] | BaseLanguageModel[Any] | None = None,
     k: int | None = None,
 ) -> Runnable[Any, Decision]:
@@ -197,7 +203,7 @@ def build_pipeline_chain(
     Args:
         pipeline: a project pipeline (``build_pipeline("ircot", backend, index, ...)``), or a
             mapping from candidate name to pipeline / chain / model.
-        router: the :class:`TrustMarginRouter` that decides (its ``tm`` is the scorer).
+        tm: the arbiter (its model scores), or the :class:`TrustMarginRouter` that decides.
         retriever: the evidence pool: a LangChain retriever or a project retriever. None:
             the pipeline's own retriever (for a mapping, the first pipeline's).
         closed_book: a chain reading ``{"question"}`` or a bare model for the Direct answer;
@@ -208,9 +214,10 @@ def build_pipeline_chain(
         A Runnable from the question (str or ``{"question": ...}``) to a ``Decision``.
 
     Raises:
-        InvalidInputError: (``pipeline``, ``pipeline['name']``, ``retriever``, ``k``) at
-            build time; (``question``) at call time for a missing or blank question.
+        InvalidInputError: (``pipeline``, ``pipeline['name']``, ``tm``, ``retriever``, ``k``)
+            at build time; (``question``) at call time for a missing or blank question.
     """
+    router = as_router(tm)
     if k is not None:
         check_k(k)
     if isinstance(pipeline, Mapping):

@@ -19,24 +19,33 @@ from trustmargin_integrations.langchain.documents import (
     document_to_passage,
     passage_to_document,
 )
-from trustmargin_integrations.langchain.inputs import check_pipeline, pipeline_question
+from trustmargin_integrations.langchain.inputs import (
+    check_pipeline,
+    pipeline_question,
+    positional,
+)
 from trustmargin_integrations.retrieval.base import retrieve_batch
 from trustmargin_integrations.schema import Passage
-from trustmargin_integrations.validation import check_k, check_question, check_retriever
+from trustmargin_integrations.validation import (
+    TypedFields,
+    check_k,
+    check_question,
+    check_retriever,
+)
 
 
-class TrustMarginRetriever(BaseRetriever):
+class TrustMarginRetriever(TypedFields, BaseRetriever):
     """A LangChain retriever over any project retriever.
 
-    ``retriever`` is anything with ``search(query, k) -> list[Passage]``: the embedded
-    :class:`~trustmargin_integrations.retrieval.bm25.BM25Index`, an
-    :class:`~trustmargin_integrations.retrieval.elasticsearch.ElasticsearchRetriever`, or your
-    own. ``k`` is the default number of documents; ``invoke(query, k=1)`` overrides it for
-    one call. Each ``Document`` carries ``id`` and the metadata described in
-    :func:`passage_to_document`.
+    ``retriever`` (positional or by name) is anything with ``search(query, k) ->
+    list[Passage]``: the embedded :class:`~trustmargin_integrations.retrieval.bm25.BM25Index`,
+    an :class:`~trustmargin_integrations.retrieval.elasticsearch.ElasticsearchRetriever`, or
+    your own. ``k`` is the default number of documents; ``invoke(query, k=1)`` overrides it
+    for one call. Each ``Document`` carries ``id`` and the metadata described in
+    :func:`passage_to_document`. A bad argument is an ``InvalidInputError`` naming it.
 
     Example:
-        >>> retriever = TrustMarginRetriever(retriever=BM25Index.build(passages), k=4)
+        >>> retriever = TrustMarginRetriever(BM25Index.build(passages), k=4)
         ... # doctest: +SKIP
         >>> retriever.invoke("Who designed the Velmora Bridge?", k=1)  # doctest: +SKIP
     """
@@ -46,6 +55,9 @@ class TrustMarginRetriever(BaseRetriever):
     retriever: Any = Field(description="A project retriever: search(query, k) -> Passages.")
     k: int = Field(4, description="Documents returned per query (invoke(q, k=...) overrides it "
                                   "for one call).")
+
+    def __init__(self, retriever: Any = None, /, **kwargs: Any) -> None:
+        super().__init__(**positional("retriever", retriever, kwargs))
 
     @field_validator("retriever")
     @classmethod
@@ -125,7 +137,7 @@ def _searchable(retriever: Any) -> Any:
                                 "pass a LangChain retriever, or " + exc.fix) from None
 
 
-class PipelineRetriever(BaseRetriever):
+class PipelineRetriever(TypedFields, BaseRetriever):
     """A multi-step retriever: the documents a pipeline gathered for the query.
 
     For IRCoT these are the passages retrieved with the question and with each reasoning
@@ -146,8 +158,10 @@ class PipelineRetriever(BaseRetriever):
     pipeline: Any = Field(description="A project pipeline whose gathered passages are "
                                       "returned.")
 
-    def __init__(self, pipeline: Any, **kwargs: Any) -> None:
-        super().__init__(pipeline=check_pipeline(pipeline, "pipeline"), **kwargs)
+    def __init__(self, pipeline: Any = None, /, **kwargs: Any) -> None:
+        given = positional("pipeline", pipeline, kwargs)
+        super().__init__(**{**given, "pipeline": check_pipeline(given.get("pipeline"),
+                                                                "pipeline")})
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun
                                 ) -> list[Document]:

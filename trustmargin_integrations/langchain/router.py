@@ -16,9 +16,10 @@ from trustmargin_integrations.arbiter import PreparedQuestion, TrustMargin
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.langchain.decisions import Output, describe_decision, shape_output
-from trustmargin_integrations.langchain.inputs import TrustMarginInput, core_input
+from trustmargin_integrations.langchain.inputs import TrustMarginInput, core_input, positional
 from trustmargin_integrations.policies import Policy
 from trustmargin_integrations.schema import Decision
+from trustmargin_integrations.validation import TypedFields
 
 MARGINS_EVENT = "trustmargin_margins"
 """Name of the custom callback event each routed input emits with its margins."""
@@ -80,12 +81,24 @@ def _arbiter(tm: TrustMargin, config: RunnableConfig | None, defaults: Mapping[s
     return TrustMargin(tm.backend, cfg)
 
 
+def as_router(value: Any, field: str = "tm") -> TrustMarginRouter:
+    """``value`` as a router: a :class:`TrustMarginRouter` as it is, a TrustMargin wrapped in
+    one; anything else is an error naming ``field`` (the builders take either)."""
+    if isinstance(value, TrustMarginRouter):
+        return value
+    if isinstance(value, TrustMargin):
+        return TrustMarginRouter(value)
+    raise InvalidInputError(field, f"a {type(value).__name__} is not a TrustMargin or a "
+                            "TrustMarginRouter", "pass TrustMargin.from_pretrained() (or a "
+                            "TrustMarginRouter around one)")
+
+
 def settings_key(tm: TrustMargin) -> tuple[float, float]:
     """The hyper-parameters a batch is grouped by (one scorer call per distinct pair)."""
     return tm.config.tau, tm.config.lambda_bind
 
 
-class TrustMarginRouter(RunnableSerializable[TrustMarginInput, "Decision | str"]):
+class TrustMarginRouter(TypedFields, RunnableSerializable[TrustMarginInput, "Decision | str"]):
     """Route between a closed-book and a RAG answer with TrustMargin.
 
     Input: a dict shaped like :class:`TrustMarginInput` (parsed with that model; the core
@@ -106,8 +119,11 @@ class TrustMarginRouter(RunnableSerializable[TrustMarginInput, "Decision | str"]
     differ). Each input still gets its own traced run whose output is its Decision, and a
     :data:`MARGINS_EVENT` custom event with its margins.
 
+    The arbiter comes first, positionally or by name (``TrustMarginRouter(tm)``); the other
+    fields are keywords. A bad argument is an ``InvalidInputError`` naming it.
+
     Example:
-        >>> router = TrustMarginRouter(tm=TrustMargin.from_pretrained())  # doctest: +SKIP
+        >>> router = TrustMarginRouter(TrustMargin.from_pretrained())  # doctest: +SKIP
         >>> router.invoke({"question": "Who wrote Hamlet?", "direct_answer": "Shakespeare",
         ...                "rag_answer": "Marlowe", "context": ["Hamlet ..."]})  # doctest: +SKIP
     """
@@ -125,6 +141,9 @@ class TrustMarginRouter(RunnableSerializable[TrustMarginInput, "Decision | str"]
     output: Output = Field(
         "decision", description="'decision': the Decision; 'answer': the chosen side's full "
                                 "text, so the router ends a chain like a model and parser.")
+
+    def __init__(self, tm: TrustMargin | None = None, /, **kwargs: Any) -> None:
+        super().__init__(**positional("tm", tm, kwargs))
 
     @property
     def InputType(self) -> type[TrustMarginInput]:  # noqa: N802 (LangChain's name)

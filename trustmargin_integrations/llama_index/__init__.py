@@ -8,7 +8,7 @@ arbiter, a retriever over any project retriever, and a local LLM.
 - :class:`TrustMarginArbiter` arbitrates two answers you already have.
 - :class:`PassageRetriever` turns any project retriever (``BM25Index``,
   ``ElasticsearchRetriever``, anything with ``search(query, k)``) into a LlamaIndex retriever.
-- :class:`LocalLLM` is a LlamaIndex chat LLM on a project backend (until EOS, streamed).
+- :class:`LocalLlamaIndexLLM` is a LlamaIndex chat LLM on a project backend (until EOS, streamed).
 - :class:`PipelineQueryEngine` runs a project pipeline (IRCoT, FLARE, CLeHe-RAG, DTR-RAG) as
   a query engine, and :func:`build_flare_engine` sets LlamaIndex's
   ``FLAREInstructQueryEngine`` up for a small local model; ``TrustMarginQueryEngine``'s
@@ -37,13 +37,16 @@ One module per framework role:
 - ``retriever_engine``: :class:`TrustMarginRetrieverQueryEngine`;
 - ``pipeline_engine``: :class:`PipelineQueryEngine`;
 - ``retrieval``: :class:`PassageRetriever` and the wrapper's evidence sources;
-- ``llms``: :class:`LocalLLM`;
+- ``llms``: :class:`LocalLlamaIndexLLM`;
+- ``question_gen``: :class:`LocalQuestionGenerator`, sub-questions for LlamaIndex's
+  ``SubQuestionQueryEngine`` from the local model;
 - ``tracing``: the collector behind ``TrustMarginQueryEngine(trace=True)``;
 - ``flare``: :func:`build_flare_engine` and its two output parsers.
 """
 
 from trustmargin_integrations.llama_index.arbiter import (
     METADATA_KEY,
+    SOURCES_KEY,
     DecisionRecord,
     TrustMarginArbiter,
     TrustMarginDecisionEvent,
@@ -53,7 +56,7 @@ from trustmargin_integrations.llama_index.flare import (
     SearchTagOutputParser,
     build_flare_engine,
 )
-from trustmargin_integrations.llama_index.llms import LocalLLM
+from trustmargin_integrations.llama_index.llms import LocalLlamaIndexLLM
 from trustmargin_integrations.llama_index.nodes import node_to_passage, passage_to_node
 from trustmargin_integrations.llama_index.pipeline_engine import (
     PIPELINE_METADATA_KEY,
@@ -63,6 +66,7 @@ from trustmargin_integrations.llama_index.query_engine import (
     CLOSED_BOOK_PROMPT_KEY,
     TrustMarginQueryEngine,
 )
+from trustmargin_integrations.llama_index.question_gen import LocalQuestionGenerator
 from trustmargin_integrations.llama_index.retrieval import EVIDENCE_MODES, PassageRetriever
 from trustmargin_integrations.llama_index.retriever_engine import (
     TrustMarginRetrieverQueryEngine,
@@ -73,8 +77,10 @@ __all__ = [
     "EVIDENCE_MODES",
     "METADATA_KEY",
     "PIPELINE_METADATA_KEY",
+    "SOURCES_KEY",
     "DecisionRecord",
-    "LocalLLM",
+    "LocalLlamaIndexLLM",
+    "LocalQuestionGenerator",
     "PassageRetriever",
     "PipelineQueryEngine",
     "SearchOrDoneOutputParser",

@@ -19,18 +19,34 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from trustmargin_integrations.arbiter import PreparedQuestion, TrustMargin
 from trustmargin_integrations.errors import InvalidInputError
-from trustmargin_integrations.llama_index.nodes import node_to_passage
+from trustmargin_integrations.llama_index.nodes import node_ref, node_to_passage
 from trustmargin_integrations.llama_index.responses import aresolve, resolve
 from trustmargin_integrations.schema import Decision
+from trustmargin_integrations.sides import chosen_side
 
-__all__ = ["METADATA_KEY", "DecisionRecord", "TrustMarginArbiter", "TrustMarginDecisionEvent",
-           "chosen_text", "dispatcher"]
+__all__ = [
+    "METADATA_KEY",
+    "SOURCES_KEY",
+    "DecisionRecord",
+    "TrustMarginArbiter",
+    "TrustMarginDecisionEvent",
+    "check_arbiter",
+    "chosen_text",
+    "dispatcher",
+    "kept_sources",
+]
 
 dispatcher = instrument.get_dispatcher("trustmargin_integrations.llama_index")
 """The adapter's one dispatcher: its spans and decision events, whichever module sends them."""
 
 METADATA_KEY = "trustmargin"
-"""The one key of ``Response.metadata`` this adapter writes: the :class:`Decision`."""
+"""The key of ``Response.metadata`` holding the :class:`Decision`."""
+
+SOURCES_KEY = "trustmargin_sources"
+"""The key of ``Response.metadata`` listing every source node the RAG answer came with (id,
+title and score, as JSON), whichever side is kept: when the closed-book answer is kept the
+response's ``source_nodes`` are empty (no node supports that answer) and the retrieved nodes
+are listed here."""
 
 
 class TrustMarginDecisionEvent(BaseEvent):
@@ -48,11 +64,30 @@ class TrustMarginDecisionEvent(BaseEvent):
         return "TrustMarginDecisionEvent"
 
 
+def check_arbiter(value: Any, field: str = "tm") -> TrustMargin:
+    """``value`` when it is a TrustMargin; otherwise the error every engine and LLM of this
+    adapter raises for its ``tm`` argument."""
+    if not isinstance(value, TrustMargin):
+        raise InvalidInputError(field, f"a {type(value).__name__} is not a TrustMargin",
+                                "pass TrustMargin.from_pretrained()")
+    return value
+
+
 def chosen_text(decision: Decision) -> str:
     """The chosen side's text as the user's engine or LLM produced it: ``Decision.answer``,
     which the core fills with a given candidate's whole text (its short form is what was
     scored, in ``direct_answer`` / ``rag_answer``)."""
     return decision.answer
+
+
+def kept_sources(decision: Decision, nodes: Sequence[NodeWithScore],
+                 metadata: dict[str, Any]) -> list[NodeWithScore]:
+    """The source nodes of the kept answer (the RAG side's nodes, none for a closed-book
+    answer), with the Decision and every node weighed written to ``metadata``
+    (:data:`METADATA_KEY`, :data:`SOURCES_KEY`)."""
+    metadata[METADATA_KEY] = DecisionRecord(decision)
+    metadata[SOURCES_KEY] = [node_ref(n) for n in nodes]
+    return list(nodes) if chosen_side(decision) == "rag" else []
 
 
 class DecisionRecord(dict[str, Any]):
@@ -113,14 +148,16 @@ class TrustMarginArbiter:
     :class:`~trustmargin_integrations.llama_index.TrustMarginQueryEngine`.
 
     The returned ``Response`` holds the chosen answer's full text as it was given (a
-    four-line RAG answer comes back whole), the RAG answer's source nodes (kept whichever
-    answer wins: they are the evidence that was weighed) and the RAG response's metadata plus
-    one reserved key, ``metadata["trustmargin"]``: the core
-    :class:`~trustmargin_integrations.schema.Decision` as a :class:`DecisionRecord` (a JSON
-    dict that reads like the Decision). Without source nodes the closed-book answer is
-    returned (``reason="no_evidence"``). Answers are passed raw; the core scores their short
-    form (``TrustMarginConfig.clean_answers``), which the Decision keeps in
-    ``direct_answer`` / ``rag_answer`` and ``answer``.
+    four-line RAG answer comes back whole), the source nodes of that answer (the RAG answer's
+    nodes when it is kept; none when the closed-book answer is kept, since no node supports
+    it) and the RAG response's metadata plus two reserved keys: ``metadata["trustmargin"]``,
+    the core :class:`~trustmargin_integrations.schema.Decision` as a :class:`DecisionRecord`
+    (a JSON dict that reads like the Decision), and ``metadata["trustmargin_sources"]``,
+    every node that was weighed (id, title, score), whichever side is kept. Without source
+    nodes the closed-book answer is returned (``reason="no_evidence"``). Answers are passed
+    raw; the core scores their short form (``TrustMarginConfig.clean_answers``), which the
+    Decision keeps in ``direct_answer`` / ``rag_answer``; its ``answer`` is the chosen text
+    whole, as given.
 
     Args:
         tm: the arbiter; its backend is the scorer model.
@@ -128,7 +165,7 @@ class TrustMarginArbiter:
     """
 
     def __init__(self, tm: TrustMargin, *, include_prompts: bool | None = None) -> None:
-        self.tm = tm
+        self.tm = check_arbiter(tm)
         self.include_prompts = include_prompts
 
     def _refuse_node_postprocessor_role(self, _value: Any) -> None:
@@ -172,10 +209,9 @@ class TrustMarginArbiter:
     @staticmethod
     def _result(decision: Decision, rag: Response) -> Response:
         metadata = dict(rag.metadata or {})
-        metadata[METADATA_KEY] = DecisionRecord(decision)
+        nodes = kept_sources(decision, rag.source_nodes, metadata)
         dispatcher.event(TrustMarginDecisionEvent(decision=decision))
-        return Response(response=chosen_text(decision), source_nodes=list(rag.source_nodes),
-                        metadata=metadata)
+        return Response(response=chosen_text(decision), source_nodes=nodes, metadata=metadata)
 
     @dispatcher.span
     def arbitrate(

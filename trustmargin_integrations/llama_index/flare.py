@@ -92,7 +92,7 @@ def build_flare_engine(
     Args:
         query_engine: the engine FLARE sends its search queries to (e.g. a
             ``RetrieverQueryEngine`` over a :class:`PassageRetriever`).
-        llm: the LLM that writes the look-ahead sentences (e.g. :class:`LocalLLM`).
+        llm: the LLM that writes the look-ahead sentences (e.g. :class:`LocalLlamaIndexLLM`).
         max_iterations: most look-ahead rounds (FLARE's default is 10).
         stop_without_search: see :class:`SearchOrDoneOutputParser`.
         kwargs: other ``FLAREInstructQueryEngine`` arguments.

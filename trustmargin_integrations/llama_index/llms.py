@@ -29,9 +29,12 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from pydantic import ConfigDict, Field
 
 from trustmargin_integrations.arbiter import TrustMargin
+from trustmargin_integrations.config import CHAT_MAX_NEW_TOKENS, CHAT_MAX_NEW_TOKENS_LIMIT
 from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.llama_index.arbiter import check_arbiter
+from trustmargin_integrations.validation import TypedFields
 
-__all__ = ["LocalLLM"]
+__all__ = ["LocalLlamaIndexLLM"]
 
 _T = TypeVar("_T")
 
@@ -65,7 +68,7 @@ async def _in_thread(items: Iterator[_T]) -> AsyncIterator[_T]:
         yield item  # type: ignore[misc]
 
 
-class LocalLLM(CustomLLM):
+class LocalLlamaIndexLLM(TypedFields, CustomLLM):
     """A LlamaIndex chat LLM on a local TrustMargin backend (greedy, the model's chat template).
 
     - ``complete(prompt)`` sends ``prompt`` as one user message through the model's chat
@@ -85,7 +88,8 @@ class LocalLLM(CustomLLM):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     backend: Any = Field(description="A Backend, e.g. tm.backend or HFBackend.load().")
-    max_new_tokens: int = Field(256, ge=1, le=8192, description="Most tokens per answer.")
+    max_new_tokens: int = Field(CHAT_MAX_NEW_TOKENS, ge=1, le=CHAT_MAX_NEW_TOKENS_LIMIT,
+                                description="Most tokens per answer.")
     context_window: int = Field(2048, ge=16, description="Prompt budget LlamaIndex packs to.")
 
     def __init__(self, **kwargs: Any) -> None:
@@ -99,8 +103,9 @@ class LocalLLM(CustomLLM):
         super().__init__(**kwargs)
 
     @classmethod
-    def from_trustmargin(cls, tm: TrustMargin, **kwargs: Any) -> LocalLLM:
+    def from_trustmargin(cls, tm: TrustMargin, **kwargs: Any) -> LocalLlamaIndexLLM:
         """Share the arbiter's model (no second copy in memory)."""
+        check_arbiter(tm)
         kwargs.setdefault("context_window", tm.config.max_context_tokens)
         return cls(backend=tm.backend, **kwargs)
 
@@ -133,7 +138,7 @@ class LocalLLM(CustomLLM):
             raise InvalidInputError(
                 "prompt", f"has {used} tokens, more than the model's context window of "
                 f"{window}", "shorten it (LlamaIndex engines pack retrieved text to "
-                "LocalLLM.context_window; pass long documents through a retriever)")
+                "LocalLlamaIndexLLM.context_window; pass long documents through a retriever)")
         return min(self.max_new_tokens, window - used)
 
     # -- generation ----------------------------------------------------------------------------

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
@@ -17,17 +19,18 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.errors import InvalidInputError
-from trustmargin_integrations.llama_index.arbiter import TrustMarginArbiter
+from trustmargin_integrations.llama_index.arbiter import METADATA_KEY, TrustMarginArbiter
 from trustmargin_integrations.llama_index.nodes import node_ref
 from trustmargin_integrations.llama_index.pipeline_engine import (
     PIPELINE_METADATA_KEY,
     PipelineQueryEngine,
 )
-from trustmargin_integrations.llama_index.responses import aresolve, like, resolve
+from trustmargin_integrations.llama_index.responses import arecord, like, record
 from trustmargin_integrations.llama_index.retrieval import evidence_source, no_retrieve_error
 from trustmargin_integrations.llama_index.tracing import capture, install_trace_collector
 from trustmargin_integrations.prompts import QUESTION_ONLY_TEMPLATE
 from trustmargin_integrations.retrieval.base import Retriever
+from trustmargin_integrations.sides import chosen_side
 from trustmargin_integrations.validation import check_question
 
 __all__ = ["CLOSED_BOOK_PROMPT_KEY", "QUESTION_VARIABLES", "TrustMarginQueryEngine"]
@@ -67,7 +70,8 @@ class TrustMarginQueryEngine(BaseQueryEngine):
     the :class:`TrustMarginArbiter`'s result: the chosen answer's full text as the inner engine
     or ``llm`` wrote it, the inner engine's source nodes and metadata, and
     ``metadata["trustmargin"]``, the core Decision (a JSON dict that reads like the Decision;
-    its ``answer`` is the short form that was scored). Without ``llm`` the scorer model
+    its ``answer`` is the chosen full text, and ``direct_answer`` / ``rag_answer`` the short
+    forms that were scored). Without ``llm`` the scorer model
     generates the Direct answer itself, inside the same model call that scores.
 
     - A blank question, or one too long for ``llm``'s context window, is refused
@@ -128,8 +132,8 @@ class TrustMarginQueryEngine(BaseQueryEngine):
         self,
         query_engine: BaseQueryEngine,
         tm: TrustMargin,
-        llm: LLM | None = None,
         *,
+        llm: LLM | None = None,
         closed_book_prompt: str | BasePromptTemplate | None = None,
         include_prompts: bool | None = None,
         callback_manager: CallbackManager | None = None,
@@ -234,27 +238,53 @@ class TrustMarginQueryEngine(BaseQueryEngine):
                 raise
         return self._retrieved(self.retriever.retrieve(query_bundle))
 
-    def _closed_book(self, query_bundle: QueryBundle) -> str | None:
+    def _closed_book(self, query_bundle: QueryBundle, streamed: bool
+                     ) -> tuple[str | None, list[str] | None]:
+        """``llm``'s closed-book answer (None: the scorer generates it), streamed in pieces
+        when the inner engine streams, so either side can be streamed again once kept."""
         if self.llm is None:
-            return None
+            return None, None
         question = {_question_variable(self.closed_book_prompt): query_bundle.query_str}
-        return self.llm.predict(self.closed_book_prompt, **question)
+        if not streamed:
+            return self.llm.predict(self.closed_book_prompt, **question), None
+        pieces = [p for p in self.llm.stream(self.closed_book_prompt, **question) if p]
+        return "".join(pieces), pieces
 
-    async def _aclosed_book(self, query_bundle: QueryBundle) -> str | None:
+    async def _aclosed_book(self, query_bundle: QueryBundle, streamed: bool
+                            ) -> tuple[str | None, list[str] | None]:
         if self.llm is None:
-            return None
+            return None, None
         question = {_question_variable(self.closed_book_prompt): query_bundle.query_str}
-        return await self.llm.apredict(self.closed_book_prompt, **question)
+        if not streamed:
+            return await self.llm.apredict(self.closed_book_prompt, **question), None
+        gen = await self.llm.astream(self.closed_book_prompt, **question)
+        pieces = [p async for p in gen if p]
+        return "".join(pieces), pieces
+
+    def _inner(self, query_bundle: QueryBundle) -> tuple[Any, Any, list[str] | None,
+                                                         list[dict[str, Any]] | None]:
+        """The inner engine's raw response, its text (a stream consumed, its pieces kept) and
+        its trace; run in a context of its own, so the concurrent closed-book call is not
+        recorded in the trace."""
+        with capture(self.trace) as trace:
+            raw = self.query_engine.query(query_bundle)
+            rag, pieces = record(raw, "query_engine.query()")
+        return raw, rag, pieces, None if trace is None else trace.steps
 
     async def _ainner(self, query_bundle: QueryBundle
-                      ) -> tuple[Any, Any, list[dict[str, Any]] | None]:
-        """The inner engine's raw response, its text streamed to the end, and its trace."""
-        # Set inside this task, whose context is its own: the concurrent closed-book call
-        # is not recorded.
+                      ) -> tuple[Any, Any, list[str] | None, list[dict[str, Any]] | None]:
+        """Async :meth:`_inner` (a task's context is its own)."""
         with capture(self.trace) as trace:
             raw = await self.query_engine.aquery(query_bundle)
-            rag = await aresolve(raw, "query_engine.aquery()")
-        return raw, rag, None if trace is None else trace.steps
+            rag, pieces = await arecord(raw, "query_engine.aquery()")
+        return raw, rag, pieces, None if trace is None else trace.steps
+
+    @property
+    def _streams(self) -> bool:
+        """Whether the inner engine streams (then so does the closed-book LLM)."""
+        return bool(getattr(self.query_engine, "_streaming", False)
+                    or getattr(getattr(self.query_engine, "_response_synthesizer", None),
+                               "_streaming", False))
 
     def _needs_retrieval(self, rag: Any) -> bool:
         if self.evidence == "response":
@@ -310,20 +340,36 @@ class TrustMarginQueryEngine(BaseQueryEngine):
 
     def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
         self._check_query(query_bundle)
-        with capture(self.trace) as trace:
-            raw = self.query_engine.query(query_bundle)
-            rag = resolve(raw, "query_engine.query()")
-        direct = self._closed_book(query_bundle)
+        # The two sides at once: the inner engine and the closed-book LLM in worker threads,
+        # each in a copy of this context (LlamaIndex's spans nest under this query). A local
+        # model serializes its forward passes, so they interleave; a remote engine or LLM
+        # serves both at once.
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            inner = pool.submit(contextvars.copy_context().run, self._inner, query_bundle)
+            closed = pool.submit(contextvars.copy_context().run, self._closed_book,
+                                 query_bundle, self._streams)
+            raw, rag, rag_pieces, trace = inner.result()
+            direct, direct_pieces = closed.result()
         nodes = self._retrieve(query_bundle) if self._needs_retrieval(rag) else None
-        metadata = self._record(rag, nodes is not None, None if trace is None else trace.steps)
-        return like(raw, self.arbiter.arbitrate(query_bundle, direct, rag, source_nodes=nodes,
-                                                metadata=metadata))
+        metadata = self._record(rag, nodes is not None, trace)
+        result = self.arbiter.arbitrate(query_bundle, direct, rag, source_nodes=nodes,
+                                        metadata=metadata)
+        return like(raw, result, self._kept_pieces(result, rag_pieces, direct_pieces))
 
     async def _aquery(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
         self._check_query(query_bundle)
-        (raw, rag, trace), direct = await asyncio.gather(self._ainner(query_bundle),
-                                                         self._aclosed_book(query_bundle))
+        (raw, rag, rag_pieces, trace), (direct, direct_pieces) = await asyncio.gather(
+            self._ainner(query_bundle), self._aclosed_book(query_bundle, self._streams))
         nodes = await self._aretrieve(query_bundle) if self._needs_retrieval(rag) else None
         metadata = self._record(rag, nodes is not None, trace)
-        return like(raw, await self.arbiter.aarbitrate(query_bundle, direct, rag,
-                                                       source_nodes=nodes, metadata=metadata))
+        result = await self.arbiter.aarbitrate(query_bundle, direct, rag, source_nodes=nodes,
+                                               metadata=metadata)
+        return like(raw, result, self._kept_pieces(result, rag_pieces, direct_pieces))
+
+    @staticmethod
+    def _kept_pieces(result: Response, rag: list[str] | None, direct: list[str] | None
+                     ) -> list[str] | None:
+        decision = result.metadata[METADATA_KEY].decision if result.metadata else None
+        if decision is None:
+            return None
+        return rag if chosen_side(decision) == "rag" else direct

@@ -16,7 +16,7 @@ from llama_index.core.base.response.schema import (
 
 from trustmargin_integrations.errors import InvalidInputError
 
-__all__ = ["aresolve", "like", "resolve", "response_text"]
+__all__ = ["arecord", "aresolve", "like", "record", "resolve", "response_text"]
 
 
 def resolve(value: Any, field: str) -> Any:
@@ -36,23 +36,45 @@ async def aresolve(value: Any, field: str) -> Any:
     return resolve(value, field)
 
 
-async def _once(text: str) -> AsyncGenerator[str, None]:
-    yield text
+def record(value: Any, field: str) -> tuple[Any, list[str] | None]:
+    """:func:`resolve`, keeping the pieces a ``StreamingResponse`` streamed (None for a
+    response that was not streamed), so the kept answer can be streamed again as it came."""
+    if isinstance(value, StreamingResponse) and value.response_txt is None:
+        pieces = [piece for piece in value.response_gen if piece]
+        value.response_txt = "".join(pieces)
+        return Response(value.response_txt, value.source_nodes, value.metadata), pieces
+    return resolve(value, field), None
 
 
-def like(inner: Any, result: Response) -> RESPONSE_TYPE:
+async def arecord(value: Any, field: str) -> tuple[Any, list[str] | None]:
+    """:func:`record`, consuming an ``AsyncStreamingResponse`` too."""
+    if isinstance(value, AsyncStreamingResponse) and value.response_txt is None:
+        pieces = [piece async for piece in value.async_response_gen() if piece]
+        return Response(value.response_txt, value.source_nodes, value.metadata), pieces
+    return record(value, field)
+
+
+async def _replay(pieces: list[str]) -> AsyncGenerator[str, None]:
+    for piece in pieces:
+        yield piece
+
+
+def like(inner: Any, result: Response, pieces: list[str] | None = None) -> RESPONSE_TYPE:
     """``result`` in the inner engine's response type, so a streaming caller keeps working.
 
-    Arbitration needs both complete answers, so the chosen answer arrives as one chunk.
+    Arbitration needs both complete answers, so the stream starts once the decision is made;
+    it yields the kept side's answer in the ``pieces`` that side streamed (one piece when the
+    kept side was not streamed).
     """
+    text = result.response or ""
+    chunks = pieces if pieces is not None and "".join(pieces) == text else [text]
     if isinstance(inner, StreamingResponse):
-        return StreamingResponse(response_gen=iter([result.response or ""]),
-                                 source_nodes=result.source_nodes, metadata=result.metadata,
-                                 response_txt=result.response)
+        return StreamingResponse(response_gen=iter(chunks), source_nodes=result.source_nodes,
+                                 metadata=result.metadata)
     if isinstance(inner, AsyncStreamingResponse):
-        return AsyncStreamingResponse(response_gen=_once(result.response or ""),
+        return AsyncStreamingResponse(response_gen=_replay(chunks),
                                       source_nodes=result.source_nodes,
-                                      metadata=result.metadata, response_txt=result.response)
+                                      metadata=result.metadata)
     return result
 
 

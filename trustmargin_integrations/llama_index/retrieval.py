@@ -37,7 +37,7 @@ class PassageRetriever(BaseRetriever):
         callback_manager: LlamaIndex callbacks.
     """
 
-    def __init__(self, search: Retriever, similarity_top_k: int = 4,
+    def __init__(self, search: Retriever, *, similarity_top_k: int = 4,
                  callback_manager: CallbackManager | None = None) -> None:
         # Checked here (not only at the first query) so a wrong argument fails where it is
         # written; the hits themselves are checked by the core's retrieve_batch.
@@ -79,7 +79,7 @@ def evidence_source(evidence: Any, retriever: Any, k: Any, default_k: int
     if retriever is None or isinstance(retriever, BaseRetriever):
         return evidence, retriever, k
     check_retriever(retriever, "retriever")
-    return evidence, PassageRetriever(retriever, default_k if k is None else k), k
+    return evidence, PassageRetriever(retriever, similarity_top_k=default_k if k is None else k), k
 
 
 def no_retrieve_error(engine: BaseQueryEngine) -> InvalidInputError:

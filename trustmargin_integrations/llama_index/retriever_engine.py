@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -13,10 +14,10 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.llama_index.arbiter import (
-    METADATA_KEY,
-    DecisionRecord,
     TrustMarginDecisionEvent,
+    check_arbiter,
     dispatcher,
+    kept_sources,
 )
 from trustmargin_integrations.llama_index.retrieval import PassageRetriever, RetrievedNodes
 from trustmargin_integrations.retrieval.base import Retriever
@@ -33,8 +34,10 @@ class TrustMarginRetrieverQueryEngine(BaseQueryEngine):
     when you have a retriever but no query engine yet; use :class:`TrustMarginQueryEngine` to
     keep an existing engine's answers.
 
-    The ``Response`` holds the chosen answer, the retrieved nodes that entered the context
-    and ``metadata["trustmargin"]``; when retrieval finds nothing the closed-book answer is
+    The ``Response`` holds the chosen answer, its source nodes (the retrieved nodes that
+    entered the context when the RAG answer is kept, none for the closed-book answer),
+    ``metadata["trustmargin"]`` (the Decision) and ``metadata["trustmargin_sources"]`` (every
+    node that entered the context); when retrieval finds nothing the closed-book answer is
     returned (``reason="no_evidence"``).
 
     Args:
@@ -51,12 +54,12 @@ class TrustMarginRetrieverQueryEngine(BaseQueryEngine):
         self,
         retriever: BaseRetriever | Retriever,
         tm: TrustMargin,
-        k: int | None = None,
         *,
+        k: int | None = None,
         include_prompts: bool | None = None,
         callback_manager: CallbackManager | None = None,
     ) -> None:
-        self.k = check_k(tm.config.top_k if k is None else k, "k")
+        self.k = check_k(check_arbiter(tm).config.top_k if k is None else k, "k")
         if not isinstance(retriever, BaseRetriever):
             retriever = PassageRetriever(retriever, similarity_top_k=self.k)
         self.retriever = retriever
@@ -71,10 +74,10 @@ class TrustMarginRetrieverQueryEngine(BaseQueryEngine):
         retrieved = RetrievedNodes(nodes)
         decision = self.tm.answer(query_bundle.query_str, retrieved, self.k,
                                   include_prompts=self.include_prompts)
+        metadata: dict[str, Any] = {}
+        used = kept_sources(decision, retrieved.nodes[:decision.passages_used], metadata)
         dispatcher.event(TrustMarginDecisionEvent(decision=decision))
-        return Response(response=decision.answer,
-                        source_nodes=retrieved.nodes[:decision.passages_used],
-                        metadata={METADATA_KEY: DecisionRecord(decision)})
+        return Response(response=decision.answer, source_nodes=used, metadata=metadata)
 
     def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
         return self._answer(query_bundle, self.retriever.retrieve(query_bundle))

@@ -8,8 +8,8 @@ scoring :mod:`.tree`, and the per-batch session that ties them together :mod:`.s
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import torch
@@ -69,6 +69,40 @@ def pick_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.d
     return torch.float32
 
 
+@contextmanager
+def _progress_bars(shown: bool) -> Iterator[None]:
+    """transformers' progress bars ("Loading weights", on every load of even a small model)
+    shown or hidden for one load; the caller's own setting comes back afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    if shown:
+        hf_logging.enable_progress_bar()
+    else:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+        else:
+            hf_logging.disable_progress_bar()
+
+
+def _load_causal_lm(source: str, dtype: torch.dtype, trust_remote_code: bool) -> Any:
+    """The causal LM with an attention kernel that takes a 4D mask (the tree-masked scoring
+    pass needs one): SDPA, else eager."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(
+            source, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation="sdpa")
+    except ValueError:
+        return AutoModelForCausalLM.from_pretrained(
+            source, dtype=dtype, trust_remote_code=trust_remote_code,
+            attn_implementation="eager")
+
+
 def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
     """The tokenizer's EOS and every EOS of the model's generation config."""
     eos = {tokenizer.eos_token_id}
@@ -114,9 +148,15 @@ class HFBackend(LocalTokenizerMixin, TokenDecoding):
         dtype: str | torch.dtype | None = None,
         trust_remote_code: bool = False,
         fast: bool = True,
+        progress: bool = False,
     ) -> HFBackend:
-        """Load a named model, a local directory, a ``.gguf`` file or a Hugging Face id."""
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        """Load a named model, a local directory, a ``.gguf`` file or a Hugging Face id.
+
+        Quiet by default: a load takes seconds, so transformers' "Loading weights" bar is
+        hidden unless ``progress=True``. The one-time conversion of a named model's GGUF file
+        (tens of seconds) shows its own progress.
+        """
+        from transformers import AutoTokenizer
 
         from trustmargin_integrations.models import resolve_model
 
@@ -125,18 +165,10 @@ class HFBackend(LocalTokenizerMixin, TokenDecoding):
         dev = pick_device(device)
         torch_dtype = pick_dtype(dtype, dev)
         try:
-            tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
-            try:
-                # The tree-masked scoring pass needs an attention kernel that takes a 4D mask.
-                lm = AutoModelForCausalLM.from_pretrained(
-                    source, dtype=torch_dtype, trust_remote_code=trust_remote_code,
-                    attn_implementation="sdpa",
-                )
-            except ValueError:
-                lm = AutoModelForCausalLM.from_pretrained(
-                    source, dtype=torch_dtype, trust_remote_code=trust_remote_code,
-                    attn_implementation="eager",
-                )
+            with _progress_bars(progress):
+                tokenizer = AutoTokenizer.from_pretrained(source,
+                                                          trust_remote_code=trust_remote_code)
+                lm = _load_causal_lm(source, torch_dtype, trust_remote_code)
         except OSError as exc:
             raise ModelLoadError(f"could not load model {model!r}: {exc}. Fix: check the id or "
                                  "path; hub ids need network access") from exc
