@@ -5,6 +5,8 @@ Real process environment (monkeypatched per test), no fakes."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from trustmargin_integrations.backends import openai_compat
@@ -89,3 +91,93 @@ def test_a_malformed_variable_is_named_with_its_value(
         Waits.resolve(f"TRUSTMARGIN_{prefix}", {"timeout_s": 5.0, "max_retries": 1,
                                                  "read_timeout_s": 5.0,
                                                  "connect_timeout_s": 5.0})
+
+
+# -- a value the environment gave is named by its variable (issue 26, item 8) -------------
+
+def _remote() -> object:
+    # The tokenizer is never loaded: the settings are checked first.
+    return openai_compat.OpenAICompatBackend.from_env("smollm2-135m")
+
+
+def _es_settings() -> object:
+    return es.ElasticsearchSettings.from_env()
+
+
+def _es_connect() -> object:
+    # The real client is built; no request is sent.
+    return es.ElasticsearchRetriever.connect()
+
+
+def _cache() -> object:
+    from trustmargin_integrations.models import cache_root
+    return cache_root()
+
+
+ES = {"TRUSTMARGIN_ES_URL": "http://es.example:9200"}
+
+
+@pytest.mark.parametrize(("variables", "build", "named", "words"), [
+    ({"TRUSTMARGIN_REMOTE_URL": "ftp://h", "TRUSTMARGIN_REMOTE_MODEL": "m"}, _remote,
+     "TRUSTMARGIN_REMOTE_URL", "not an http(s) URL"),
+    ({"TRUSTMARGIN_REMOTE_URL": "http://h:port", "TRUSTMARGIN_REMOTE_MODEL": "m"}, _remote,
+     "TRUSTMARGIN_REMOTE_URL", "port that is not a number"),
+    ({"TRUSTMARGIN_REMOTE_URL": "http://h:1", "TRUSTMARGIN_REMOTE_MODEL": "  "}, _remote,
+     "TRUSTMARGIN_REMOTE_MODEL", "is empty"),
+    ({"TRUSTMARGIN_ES_URL": "localhost:9200"}, _es_settings,
+     "TRUSTMARGIN_ES_URL", "not an http(s) URL"),
+    ({**ES, "TRUSTMARGIN_ES_CA_CERT": "/nonexistent/ca.pem"}, _es_settings,
+     "TRUSTMARGIN_ES_CA_CERT", "does not exist"),
+    ({**ES, "TRUSTMARGIN_ES_CA_CERT": "/"}, _es_settings,
+     "TRUSTMARGIN_ES_CA_CERT", "is not a file"),
+    ({**ES, "TRUSTMARGIN_ES_USER": "elastic"}, _es_settings,
+     "TRUSTMARGIN_ES_PASSWORD", "missing for basic auth"),
+    ({**ES, "TRUSTMARGIN_ES_USER": "elastic", "TRUSTMARGIN_ES_PASSWORD": SECRET,
+      "TRUSTMARGIN_ES_API_KEY": "key"}, _es_settings,
+     "TRUSTMARGIN_ES_API_KEY", "together with basic auth"),
+    ({"TRUSTMARGIN_ES_URL": "http://elastic:pw@es.example:9200",
+      "TRUSTMARGIN_ES_API_KEY": "key"}, _es_settings,
+     "TRUSTMARGIN_ES_URL", "holds credentials"),
+    ({**ES, "TRUSTMARGIN_ES_INDEX": "My Index"}, _es_connect,
+     "TRUSTMARGIN_ES_INDEX", "not a valid index name"),
+    ({"TRUSTMARGIN_CACHE": "/dev/null"}, _cache, "TRUSTMARGIN_CACHE", "is not a folder"),
+])
+def test_a_bad_value_from_the_environment_names_the_variable(
+        monkeypatch: pytest.MonkeyPatch, variables: dict[str, str], build: object,
+        named: str, words: str) -> None:
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(InvalidInputError) as err:
+        build()  # type: ignore[operator]
+    assert err.value.field == named
+    assert str(err.value).startswith(f"{named}: ") and words in str(err.value)
+    assert named in err.value.fix  # the fix says where to change it
+    assert SECRET not in str(err.value)
+
+
+def test_the_same_value_given_as_an_argument_names_the_argument(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The name follows where the value came from, not which check refused it: an argument
+    # overrides a (valid) variable and is named as the argument.
+    monkeypatch.setenv("TRUSTMARGIN_ES_URL", "http://es.example:9200")
+    monkeypatch.setenv("TRUSTMARGIN_ES_USER", "elastic")
+    monkeypatch.setenv("TRUSTMARGIN_ES_PASSWORD", SECRET)
+    for kwargs, field in (({"url": "localhost:9200"}, "url"),
+                          ({"ca_certs": "/nonexistent/ca.pem"}, "ca_certs"),
+                          ({"username": "other"}, "password")):
+        with pytest.raises(InvalidInputError) as err:
+            es.ElasticsearchSettings.from_env(**kwargs)
+        assert err.value.field == field
+    with pytest.raises(InvalidInputError) as err:
+        openai_compat.OpenAICompatBackend("ftp://h", "m", "smollm2-135m")
+    assert err.value.field == "base_url"
+
+
+def test_eval_names_the_data_folder_variable(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from cli_support import run_main
+
+    monkeypatch.setenv("TRUSTMARGIN_DATA", str(tmp_path))
+    result = run_main("eval", "--dataset", "cwq", "--run-dir", str(tmp_path / "run"))
+    assert result.exit_code == 2
+    assert "TRUSTMARGIN_DATA: " in result.output and "does not exist" in result.output

@@ -80,6 +80,6 @@ def test_an_upper_case_jsonl_extension_is_json_lines(tmp_path: Path) -> None:
 def test_a_line_that_is_not_utf8_is_named(tmp_path: Path) -> None:
     corpus = tmp_path / "c.jsonl"
     corpus.write_bytes(b'{"text": "a"}\n{"text": "\xe9t\xe9"}\n')
-    with pytest.raises(InvalidInputError, match="not valid UTF-8") as err:
+    with pytest.raises(InvalidInputError, match="is not UTF-8 text") as err:
         load_corpus(corpus)
     assert err.value.field == f"{corpus}:2"

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import typing
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, ClassVar, TypeVar
 
 from pydantic import SecretStr, ValidationError
@@ -72,6 +74,26 @@ def _refuse_digit_separators(model: type[BaseSettings], prefix: str) -> None:
             raise InvalidInputError(variable, f"is {raw!r}, not a number ('_' is not "
                                     "accepted between digits)",
                                     "write the number without '_', or unset it")
+
+
+@contextmanager
+def variables_named(variables: Mapping[str, str]) -> Iterator[None]:
+    """Inside the block, an :class:`InvalidInputError` about a field whose value came from an
+    environment variable names that variable (``variables``: field -> variable name).
+
+    The checks (an http(s) URL, an existing CA file...) live with the settings they check and
+    name the Python field, as an argument would be named; a user who set
+    ``TRUSTMARGIN_ES_URL`` never typed ``url``, so the caller that read the environment lists
+    which fields it filled from it, and the error is renamed here, in one place.
+    """
+    try:
+        yield
+    except InvalidInputError as exc:
+        variable = variables.get(exc.field)
+        if variable is None:
+            raise
+        fix = exc.fix if variable in exc.fix else f"{exc.fix} (in {variable})"
+        raise InvalidInputError(variable, exc.problem, fix) from None
 
 
 def secret_value(secret: SecretStr | None) -> str | None:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trustmargin_integrations.errors import CacheCorruptError, ModelLoadError
+from trustmargin_integrations.errors import CacheCorruptError, InvalidInputError, ModelLoadError
 from trustmargin_integrations.files import atomic_binary_output, write_text_atomic
 
 logger = logging.getLogger(__name__)
@@ -32,8 +32,17 @@ DEFAULT_MODEL = "smollm2-135m"
 
 
 def cache_root() -> Path:
-    """The user cache directory (``$TRUSTMARGIN_CACHE`` or ``~/.cache/trustmargin``)."""
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "trustmargin")
+    """The user cache directory (``$TRUSTMARGIN_CACHE`` or ``~/.cache/trustmargin``).
+
+    Raises:
+        InvalidInputError: ``$TRUSTMARGIN_CACHE`` names something that is not a folder
+            (checked here so the error names the variable, not a path deep inside it).
+    """
+    given = os.environ.get(CACHE_ENV)
+    if given and Path(given).exists() and not Path(given).is_dir():
+        raise InvalidInputError(CACHE_ENV, f"{given} is not a folder",
+                                f"point {CACHE_ENV} at a folder (created if missing), or unset it")
+    return Path(given or Path.home() / ".cache" / "trustmargin")
 
 
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:

@@ -16,6 +16,7 @@ import typer
 
 from trustmargin_integrations.cli.app import command
 from trustmargin_integrations.cli.boundary import shown
+from trustmargin_integrations.environment import variables_named
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.datasets import (
     NAMED_DATASETS,
@@ -115,6 +116,8 @@ def eval_command(
         device=device, run_dir=run_dir, noise_limit=noise_limit, noise_levels=noise_levels,
         noise_seed=noise_seed, noise_corpus=noise_corpus, pipeline=pipeline,
         pipeline_limit=pipeline_limit, pipeline_corpus=pipeline_corpus)
+    # A data folder the environment gave is named by its variable in any error about it.
+    named = {"data_dir": DATA_ENV} if not data_dir and os.environ.get(DATA_ENV) else {}
     data_dir = data_dir or (Path(os.environ[DATA_ENV]) if os.environ.get(DATA_ENV) else None)
     _guard_run_files(settings.run_dir, report, {
         **{f"--dataset {name}": Path(name) for name in dataset if Path(name).is_file()},
@@ -123,7 +126,8 @@ def eval_command(
     # Data and retrieval are checked before the (slow) model load.
     plans = []
     for name in dataset:
-        all_examples = load_dataset(name, data_dir)
+        with variables_named(named):
+            all_examples = load_dataset(name, data_dir)
         if not all_examples:
             raise InvalidInputError("--dataset", f"{name} holds no questions",
                                     "pass a dataset file with at least one question")

@@ -236,8 +236,9 @@ def load_named(name: str, data_dir: str | Path) -> list[EvalExample]:
     for rel in spec.files:
         if not (root / rel).is_file():
             raise InvalidInputError("data_dir", f"{root / rel} does not exist",
-                                    "point --data-dir at the folder holding trustmargin/, prag/ "
-                                    "and hipporag/, or download the files (see docs)")
+                                    "point --data-dir (or TRUSTMARGIN_DATA) at the folder "
+                                    "holding trustmargin/, prag/ and hipporag/, or download "
+                                    "the files (see docs)")
         examples.extend(load_examples(root / rel, dataset=name))
     seen: set[str] = set()
     unique = [e for e in sorted(examples, key=_id_key) if not (e.id in seen or seen.add(e.id))]

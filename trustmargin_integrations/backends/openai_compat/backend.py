@@ -37,6 +37,7 @@ from trustmargin_integrations.backends.openai_compat.settings import (
 )
 from trustmargin_integrations.backends.openai_compat.transport import CompletionsTransport
 from trustmargin_integrations.backends.tokens import LocalTokenizerMixin
+from trustmargin_integrations.environment import variables_named
 from trustmargin_integrations.errors import BackendError, InvalidInputError, ModelLoadError
 
 _T = TypeVar("_T")
@@ -123,7 +124,7 @@ class OpenAICompatBackend(LocalTokenizerMixin):
     ) -> None:
         if not isinstance(model, str) or not model.strip():
             raise InvalidInputError("model", "is empty",
-                                    "pass the served model name (GET /v1/models lists it)")
+                                    "give the served model name: GET /v1/models lists it")
         if max_concurrency < 1:
             raise InvalidInputError("max_concurrency", f"must be >= 1, got {max_concurrency}",
                                     "allow at least one request in flight")
@@ -167,7 +168,8 @@ class OpenAICompatBackend(LocalTokenizerMixin):
             raise InvalidInputError(ENV_URL, "is not set", "export the server URL")
         if not model:
             raise InvalidInputError(ENV_MODEL, "is not set", "export the served model name")
-        return cls(url, model, tokenizer, **kwargs)
+        with variables_named({"base_url": ENV_URL, "model": ENV_MODEL}):
+            return cls(url, model, tokenizer, **kwargs)
 
     def __repr__(self) -> str:
         return (f"OpenAICompatBackend(url={self.url!r}, model={self.model!r}, "

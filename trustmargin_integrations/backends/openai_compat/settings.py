@@ -100,12 +100,12 @@ def _root_url(url: str) -> tuple[str, tuple[str, str] | None]:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InvalidInputError("base_url", f"{redact_url(url)!r} is not an http(s) URL",
-                                "pass a URL such as http://127.0.0.1:8000")
+                                "use a URL such as http://127.0.0.1:8000")
     try:
         parts.port  # noqa: B018  (urlsplit checks the port only when asked)
     except ValueError:
         raise InvalidInputError("base_url", f"{redact_url(url)!r} has a port that is not a "
-                                "number", "pass a URL such as http://127.0.0.1:8000") from None
+                                "number", "use a URL such as http://127.0.0.1:8000") from None
     path = parts.path.rstrip("/")
     if path.endswith("/v1"):
         path = path[: -len("/v1")]

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 
-from trustmargin_integrations.environment import EnvironmentGroup, secret_value
+from trustmargin_integrations.environment import EnvironmentGroup, secret_value, variables_named
 from trustmargin_integrations.errors import BackendError, InvalidInputError
 from trustmargin_integrations.urls import (
     check_header_secret,
@@ -35,6 +35,9 @@ DEFAULT_INDEX = "trustmargin"
 ENV_PREFIX = "TRUSTMARGIN_ES"
 """Prefix of the wait settings (``TRUSTMARGIN_ES_TIMEOUT``, ``..._READ_TIMEOUT``,
 ``..._RETRIES``)."""
+_VARIABLES = {"url": ENV_URL, "api_key": ENV_API_KEY, "username": ENV_USER,
+              "password": ENV_PASSWORD, "ca_certs": ENV_CA_CERT}
+"""The variable each :class:`ElasticsearchSettings` field falls back to."""
 
 
 class ElasticsearchVariables(EnvironmentGroup):
@@ -83,12 +86,12 @@ class ElasticsearchSettings:
         parts = urlsplit(clean)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise InvalidInputError("url", f"{self.safe_url!r} is not an http(s) URL",
-                                    "pass a URL such as http://localhost:9200")
+                                    "use a URL such as http://localhost:9200")
         try:
             parts.port  # noqa: B018  (urlsplit checks the port only when asked)
         except ValueError:
             raise InvalidInputError("url", f"{self.safe_url!r} has a port that is not a "
-                                    "number", "pass a URL such as http://localhost:9200"
+                                    "number", "use a URL such as http://localhost:9200"
                                     ) from None
         if credentials is not None:
             if self.username or self.api_key:
@@ -113,14 +116,16 @@ class ElasticsearchSettings:
         object.__setattr__(self, "max_retries", waits.max_retries)
         object.__setattr__(self, "timeout_s", waits.timeout_s)
         if self.api_key and self.username:
-            raise InvalidInputError("api_key", "and basic auth were both given",
+            raise InvalidInputError("api_key", "is given together with basic auth (a user "
+                                    "name and password)",
                                     "use either an API key or a user name and password")
         if self.username and not self.password:
             raise InvalidInputError("password", "is missing for basic auth",
                                     f"pass password= or set {ENV_PASSWORD}")
         if self.ca_certs and not Path(self.ca_certs).is_file():
-            raise InvalidInputError("ca_certs", f"{self.ca_certs} does not exist",
-                                    "pass the path of the server's CA certificate (PEM)")
+            state = "is not a file" if Path(self.ca_certs).exists() else "does not exist"
+            raise InvalidInputError("ca_certs", f"{self.ca_certs} {state}",
+                                    "give the path of the server's CA certificate (PEM)")
 
     @property
     def safe_url(self) -> str:
@@ -157,7 +162,13 @@ class ElasticsearchSettings:
         if "url" not in merged:
             raise InvalidInputError("url", "is not set",
                                     f"pass the Elasticsearch URL or set {ENV_URL}")
-        return cls(**merged)
+        # A check on a value the environment gave names the variable. Credentials come from
+        # one place, so a credential error (a password missing for TRUSTMARGIN_ES_USER) names
+        # the variables when they are that place.
+        from_env = {key for key in env if key not in given}
+        with variables_named({key: variable for key, variable in _VARIABLES.items()
+                              if key in from_env}):
+            return cls(**merged)
 
     def client_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``elasticsearch.Elasticsearch``."""

@@ -9,9 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from trustmargin_integrations.environment import variables_named
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.retrieval.elasticsearch.connection import (
     DEFAULT_INDEX,
+    ENV_INDEX,
     ElasticsearchRetrievalError,
     ElasticsearchSettings,
     ElasticsearchVariables,
@@ -87,8 +89,10 @@ class ElasticsearchRetriever(IndexingMixin):
             verify_certs=verify_certs, request_timeout=request_timeout,
             max_retries=max_retries, timeout_s=timeout_s,
         )
-        name = index or ElasticsearchVariables.read().index or DEFAULT_INDEX
-        return cls(connect(settings), name, title_boost=title_boost, settings=settings)
+        from_env = ElasticsearchVariables.read().index
+        name = index or from_env or DEFAULT_INDEX
+        with variables_named({"index": ENV_INDEX} if not index and from_env else {}):
+            return cls(connect(settings), name, title_boost=title_boost, settings=settings)
 
     def __repr__(self) -> str:
         where = self.settings.safe_url if self.settings else "client"
