@@ -4,7 +4,7 @@ strict disagreements whose framed decision keeps the bare pair's side (away from
 
 The disagreements are the model's own: each question is answered both ways under the paper's
 prompts, and the pairs whose short answers differ are kept. Both sides are then wrapped in the
-same framing (:data:`~trustmargin_integrations.evaluation.framing.FRAMINGS`: lead-ins in seven
+same framing (:data:`~trustmargin_integrations.evaluation.framing.FRAMINGS`: lead-ins in six
 languages, a chain-of-thought preamble, markdown, a citation, a trailing caveat, the answer
 restated) and arbitrated as a chain's texts are. Also prints each form's arbitration time per
 question for the framed texts at batch 8.

@@ -120,8 +120,9 @@ PAIRS = [  # (question, passages, direct, rag): scored ones first, then settled 
 
 
 def test_one_candidate_is_the_pairwise_rule(backend: HFBackend) -> None:
-    # tau = 1.0 puts these questions on both sides of the threshold (checked below).
-    tm = TrustMargin(backend, TrustMarginConfig(tau=1.0))
+    # tau = 1.0 puts these questions on both sides of the threshold (checked below). Several
+    # candidates are compared on their answering sentence, so the pairs are too.
+    tm = TrustMargin(backend, TrustMarginConfig(tau=1.0, scoring_form="sentence"))
     pairwise = tm.arbitrate_batch([{"question": q, "passages": p, "direct_answer": d,
                                     "rag_answer": r} for q, p, d, r in PAIRS])
     listed = tm.arbitrate_batch([{"question": q, "passages": p, "direct_answer": d,
@@ -166,9 +167,12 @@ def multi(backend: HFBackend) -> tuple[list[Decision], list[list[Decision]], Spy
     tm = TrustMargin(spy)  # type: ignore[arg-type]
     decisions = tm.arbitrate_batch([{"question": q, "passages": p, "direct_answer": d,
                                      "rag_candidates": c} for q, p, d, c in MULTI])
+    # The pairwise rule on the same compared forms (several candidates are each cut to their
+    # answering sentence, so the pairs are too).
+    pair_tm = TrustMargin(backend, TrustMarginConfig(scoring_form="sentence"))
     pairwise = [
-        TrustMargin(backend).arbitrate_batch([{"question": q, "passages": p, "direct_answer": d,
-                                               "rag_answer": text} for text in c.values()])
+        pair_tm.arbitrate_batch([{"question": q, "passages": p, "direct_answer": d,
+                                  "rag_answer": text} for text in c.values()])
         for q, p, d, c in MULTI
     ]
     return decisions, pairwise, spy
@@ -268,9 +272,10 @@ def test_equal_to_direct_candidates_tie_at_zero_and_duplicates_are_scored_once(
     for agreeing in (lower, cleaned):
         assert agreeing.agrees_with_direct and agreeing.likelihoods is None
         assert (agreeing.m_prior, agreeing.m_bind, agreeing.m) == (0.0, 0.0, 0.0)
-    # "Marta Okonkwo." says what Direct says: every word equal, compared as given.
-    assert cleaned.raw is None and cleaned.answer == "Marta Okonkwo."
-    assert not d.warnings
+    # Several candidates are each cut to their short form (one Direct form for all).
+    assert cleaned.answer == "Marta Okonkwo" and cleaned.raw == "Marta Okonkwo."
+    assert any(w.startswith("rag_candidates[2]: scored on its short form") for w in d.warnings)
+    assert d.scoring_form == "sentence"
     # M = 0 > tau for both agreeing candidates: a tie, so the earlier one wins.
     assert (d.winner, d.source, d.reason, d.answer) == (1, "agree", "margin_above_tau",
                                                         "marta okonkwo")
@@ -417,7 +422,9 @@ def test_old_records_load_and_replay_unchanged() -> None:
     dumped = json.loads(old.model_dump_json())
     # The policy audit fields are left out under the default rule, like the multi-candidate ones.
     assert set(dumped) == set(Decision.model_fields) - {"rag_candidates", "winner", "policy",
-                                                        "paper_choice", "paper_winner"}
+                                                        "paper_choice", "paper_winner",
+                                                        "scoring_form", "direct_spans",
+                                                        "rag_spans"}
     assert Decision.model_validate(dumped) == old
     with pytest.raises(ValueError, match="winner"):
         Decision.model_validate(_record(winner=0))

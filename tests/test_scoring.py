@@ -12,6 +12,7 @@ from trustmargin_integrations.answers import answer_complete, clean_answer
 from trustmargin_integrations.backends.base import ContinuationRequest
 from trustmargin_integrations.backends.hf import HFBackend
 from trustmargin_integrations.backends.hf.tree import uses_bool_masks
+from trustmargin_integrations.schema import Decision
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "raw"
 TOL = 1e-4
@@ -31,6 +32,15 @@ def _cwq(n: int) -> list[dict]:
     return [{"question": r["question"], "passages": r["passages"]} for r in records[:n]]
 
 
+def _span_request(prompt: str, d: Decision, cand: str) -> ContinuationRequest:
+    """The plain request of one compared span: the prompt and the text before the span (its
+    space kept with the span), then the span."""
+    text = getattr(d, f"{cand}_raw") or getattr(d, f"{cand}_answer")
+    [(start, end)] = getattr(d, f"{cand}_spans")
+    cut = len(text[:start].rstrip())
+    return ContinuationRequest(prompt + text[:cut], text[cut:end])
+
+
 def _assert_matches_reference(tm: TrustMargin, backend: HFBackend, inputs: list[dict]) -> None:
     decisions = tm.arbitrate_batch(inputs)
     checked = 0
@@ -39,6 +49,10 @@ def _assert_matches_reference(tm: TrustMargin, backend: HFBackend, inputs: list[
             continue
         views = tm.prepare(item).views
         reqs = six_requests(views, d.direct_answer, d.rag_answer)
+        if d.direct_spans is not None:
+            # A chain's texts compared where they differ: each span after its own text.
+            reqs = [(cand, view, _span_request(getattr(views, view), d, cand))
+                    for cand, view, _ in reqs]
         reference = backend.score_continuations([r for _, _, r in reqs])
         for (cand, view, _), ref in zip(reqs, reference, strict=True):
             fast = getattr(getattr(d, f"{cand}_likelihoods"), view)

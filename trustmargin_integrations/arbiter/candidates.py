@@ -35,8 +35,9 @@ def side_candidates(
     out: list[Candidate | None] = [None] * len(chunk)
     for i, text in enumerate(given):
         if text is not None:
-            out[i] = cleaned(config, text, generated=False)
-            if out[i].raw is not None and config.scoring_form == "sentence":  # type: ignore[union-attr]
+            sentence = cut_to_sentence(config, chunk[i])
+            out[i] = cleaned(config, text, generated=False, sentence=sentence)
+            if out[i].raw is not None and sentence:  # type: ignore[union-attr]
                 _note(chunk[i], f"{side}_answer: scored on its short form "
                       f"({text!r} -> {out[i].answer!r})")  # type: ignore[union-attr]
     # A RAG answer without evidence is never needed: the decision is "no_evidence".
@@ -55,8 +56,16 @@ def side_candidates(
     return [c or Candidate("", None, False) for c in out]
 
 
+def cut_to_sentence(config: TrustMarginConfig, prepared: PreparedQuestion) -> bool:
+    """True when a given candidate of this question is cut to its answering sentence: under
+    the legacy ``scoring_form="sentence"``, and for a question with several RAG candidates
+    (other pipelines' short answers, each compared with one Direct form so that Direct is
+    scored once; the differential form is pairwise)."""
+    return config.scoring_form == "sentence" or prepared.input.rag_candidates is not None
+
+
 def cleaned(config: TrustMarginConfig, text: str, *, generated: bool,
-            seconds: float = 0.0) -> Candidate:
+            seconds: float = 0.0, sentence: bool = False) -> Candidate:
     """``text`` as a candidate (``raw`` keeps the original when the candidate's form changed
     more than surrounding whitespace).
 
@@ -64,7 +73,7 @@ def cleaned(config: TrustMarginConfig, text: str, *, generated: bool,
     (:func:`~trustmargin_integrations.answers.clean_answer`) when the config cleans answers. A
     given candidate, often a chat answer in full sentences, stays whole: the pair's
     comparison decides what of it is scored. Only the legacy ``scoring_form="sentence"`` cuts
-    it here, to its answering sentence
+    it here (``sentence``), to its answering sentence
     (:func:`~trustmargin_integrations.answers.scoring_form`).
     """
     if not config.clean_answers:
@@ -72,7 +81,7 @@ def cleaned(config: TrustMarginConfig, text: str, *, generated: bool,
     elif generated:
         answer = clean_answer(text)
     else:
-        answer = scoring_form(text) if config.scoring_form == "sentence" else text.strip()
+        answer = scoring_form(text) if sentence else text.strip()
     raw = None if answer == text.strip() else text
     return Candidate(answer, raw, generated, seconds)
 
@@ -86,9 +95,9 @@ def rag_options(config: TrustMarginConfig, prepared: PreparedQuestion,
         return [rag]
     out = []
     for i, (label, text) in enumerate(given):
-        option = cleaned(config, text, generated=False)
+        option = cleaned(config, text, generated=False, sentence=True)
         option.name = label
-        if option.raw is not None and config.scoring_form == "sentence":
+        if option.raw is not None:
             _note(prepared, f"rag_candidates[{i}]: scored on its short form "
                             f"({text!r} -> {option.answer!r})")
         out.append(option)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from trustmargin_integrations.answers import answer_complete, answers_agree, clean_answer
-from trustmargin_integrations.arbiter.candidates import Candidate
+from trustmargin_integrations.arbiter.candidates import Candidate, cut_to_sentence
 from trustmargin_integrations.arbiter.preparation import PreparedQuestion
 from trustmargin_integrations.backends.base import ModelSession
 from trustmargin_integrations.comparison import Span, differential, scored_text, words
@@ -101,7 +101,8 @@ def compare_chunk(session: ModelSession, render: Callable[[str], str],
             if (d.generated and o.generated) or not config.clean_answers:
                 row.append(whole("paper" if config.clean_answers else "whole", d.answer,
                                  o.answer))
-            elif config.scoring_form == "sentence":
+            elif cut_to_sentence(config, chunk[i]):
+                # Cut by candidates.py already; see cut_to_sentence for why.
                 row.append(whole("sentence", d.answer, o.answer))
             elif config.scoring_form == "extract":
                 row.append(_by_extraction(chunk[i], d, o, stated))
@@ -120,6 +121,8 @@ def _extractions(session: ModelSession, render: Callable[[str], str],
         return {}
     wanted: dict[tuple[str, str], str] = {}
     for p, d, opts in zip(chunk, direct, options, strict=True):
+        if cut_to_sentence(config, p):
+            continue  # compared on their answering sentence (see cut_to_sentence)
         for c in [d, *opts]:
             if not c.generated and c.answer.strip():
                 question = p.input.question

@@ -44,7 +44,7 @@ FRAMINGS: dict[str, Framing] = {
         "updated, so it is worth checking an up-to-date source."),
     "restated at the end": lambda a: f"The answer is {a}. So, to sum up: {a}.",
 }
-"""Framings of a short answer as chat models write them (lead-ins in seven languages)."""
+"""Framings of a short answer as chat models write them (lead-ins in six languages)."""
 
 NEAR_TIE = 0.25
 """Bare decisions with ``|M - tau|`` below this are near-ties, left out of the rate."""
