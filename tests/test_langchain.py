@@ -548,19 +548,31 @@ def test_lcel_chain_matches_the_core_and_traces_every_step(short: TrustMargin,
     for step in ("TrustMarginChain", "TrustMarginRetriever", "closed_book", "rag",
                  "TrustMarginRouter"):
         assert step in names, names
-    # A bare local model gets the appendix prompts and the core cleans both candidates, so
-    # the chain reproduces the core's own generate-and-score path for the same passages.
-    core = short.arbitrate(question, index.search(question, 2))
-    assert (decision.direct_answer, decision.rag_answer) == (core.direct_answer,
-                                                             core.rag_answer)
-    # The core's own candidates stop at the first answer line; the LLM answers on, so its
-    # full text starts with the core's.
-    assert (decision.direct_raw or decision.direct_answer).startswith(
-        core.direct_raw or core.direct_answer)
-    assert (decision.rag_raw or decision.rag_answer).startswith(core.rag_raw or core.rag_answer)
-    assert decision.source == core.source and decision.passages == core.passages
-    if core.m is not None:
-        assert decision.m == pytest.approx(core.m, abs=1e-4)
+    # A bare local model gets the appendix prompts, so the chain's texts are the core's own
+    # generated answers: the core's candidates stop at the first answer line, the LLM answers
+    # on, so each full text starts with the core's.
+    passages = index.search(question, 2)
+    core = short.arbitrate(question, passages)
+    direct_text = decision.direct_raw or decision.direct_answer
+    rag_text = decision.rag_raw or decision.rag_answer
+    assert direct_text.startswith(core.direct_raw or core.direct_answer)
+    assert rag_text.startswith(core.rag_raw or core.rag_answer)
+    assert decision.passages == core.passages
+    # The core scores its generated answers whole (the paper's form); texts a chain produced
+    # are compared where they differ, so the chain's decision is the core's on those texts.
+    assert core.scoring_form == "paper" and decision.scoring_form == "differential"
+    given = short.arbitrate(question, passages, direct_text, rag_text)
+    assert (decision.direct_answer, decision.rag_answer) == (given.direct_answer,
+                                                             given.rag_answer)
+    assert (decision.direct_spans, decision.rag_spans) == (given.direct_spans, given.rag_spans)
+    assert decision.source == given.source
+    if given.m is not None:
+        assert decision.m == pytest.approx(given.m, abs=1e-4)
+    # The two texts differ, so what was compared is a stretch of each, recorded by offsets.
+    assert decision.source != "agree" and decision.direct_spans and decision.rag_spans
+    for text, spans, part in ((direct_text, decision.direct_spans, decision.direct_answer),
+                              (rag_text, decision.rag_spans, decision.rag_answer)):
+        assert " … ".join(text[a:b] for a, b in spans) == part
     assert not decision.direct_generated and core.direct_generated
 
 

@@ -222,7 +222,7 @@ def test_arbiter_without_evidence_keeps_the_closed_book_answer(tm: TrustMargin) 
     result = arbiter.arbitrate("Who designed it?", "Gustave Eiffel.", "Tomas Rilke",
                                source_nodes=[])
     decision = result.metadata[METADATA_KEY]
-    # The chosen side comes back as the chain gave it; its scored short form is kept apart.
+    # The chosen side comes back as the chain gave it; the compared part is kept apart.
     assert (decision.reason, decision.source, decision.answer, result.response) == (
         "no_evidence", "direct", "Gustave Eiffel.", "Gustave Eiffel.")
     assert decision.direct_answer == "Gustave Eiffel"

@@ -88,15 +88,21 @@ def test_a_multi_paragraph_answer_comes_back_whole(tm: TrustMargin, index: BM25I
     decision = response.metadata[METADATA_KEY]
     assert decision.source == "rag"
     assert response.response == RAG_CHAT  # all four lines, as the user's engine wrote them
-    # Scored on its answering sentence; the Decision's answer is the text as given.
-    assert decision.rag_answer == "The Velmora Bridge was designed by the engineer Tomas Rilke"
-    assert decision.answer == RAG_CHAT.strip()
+    # Nothing to compare it with (the other side is blank): the Decision records the text
+    # whole, and its answer is the text as given.
+    assert decision.scoring_form == "differential"
+    assert decision.rag_answer == decision.answer == RAG_CHAT.strip()
     # Without evidence the closed-book side is kept, and it too comes back whole.
     response = wrapped(tm, index, RAG_CHAT, DIRECT_CHAT).query(UNANSWERABLE)
     decision = response.metadata[METADATA_KEY]
     assert (decision.reason, response.response) == ("no_evidence", DIRECT_CHAT)
-    assert decision.direct_answer == "I believe it was Gustave Eiffel"
     assert decision.answer == DIRECT_CHAT.strip()
+    # The Decision records the compared part of each text where the two differ, by offsets
+    # into the text (the inner engine found no node and answered its own "Empty Response").
+    assert decision.direct_raw == DIRECT_CHAT and decision.direct_spans
+    assert " … ".join(DIRECT_CHAT[a:b] for a, b in decision.direct_spans) == \
+        decision.direct_answer
+    assert "Gustave Eiffel" in decision.direct_answer
 
 
 def test_a_scored_decision_returns_the_chosen_side_in_full(tm: TrustMargin,
@@ -106,7 +112,7 @@ def test_a_scored_decision_returns_the_chosen_side_in_full(tm: TrustMargin,
     assert decision.m is not None  # scored by the real model, not settled
     chosen = RAG_CHAT if decision.replay() == "rag" else DIRECT_CHAT
     assert response.response == chosen
-    # The Decision keeps the short forms that were scored, and the texts they came from.
+    # The Decision keeps the parts that were compared, and the texts they came from.
     assert (decision.direct_raw, decision.rag_raw) == (DIRECT_CHAT, RAG_CHAT)
     assert decision.answer == chosen.strip()
 

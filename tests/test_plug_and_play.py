@@ -21,7 +21,6 @@ from llama_index.core.query_engine.flare.output_parser import (
     QueryTaskOutputParser,
 )
 
-from trustmargin_integrations.answers import clean_answer
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.demo import demo_corpus
 from trustmargin_integrations.errors import InvalidInputError
@@ -107,6 +106,15 @@ def without_seconds(trace: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in trace.items() if key != "seconds"}
 
 
+def rag_text_is(decision: Decision, text: str) -> None:
+    """The RAG side is ``text`` whole (a given text is never cut); what of it was compared
+    with Direct is a stretch of it, recorded by its offsets."""
+    assert (decision.rag_raw or decision.rag_answer) == text.strip()
+    if decision.rag_spans:
+        assert " … ".join(text.strip()[a:b] for a, b in decision.rag_spans) == \
+            decision.rag_answer
+
+
 def scored_or_settled(decision: Decision) -> None:
     """Margins were computed, or the outcome was settled before scoring, for a reason."""
     if decision.reason in SETTLED:
@@ -126,17 +134,19 @@ def test_chain_scores_the_pipeline_answer_against_the_question_top_k(
     chain = build_pipeline_chain(ircot, router, k=K)
     decision = chain.invoke(BRIDGE)
     run = ircot_runs[BRIDGE]
-    # The RAG side is the pipeline's answer (cleaned by the core, as every candidate is).
-    assert decision.rag_answer == clean_answer(run.answer)
+    # The RAG side is the pipeline's answer, compared with Direct where the two differ.
+    rag_text_is(decision, run.answer)
     assert not decision.rag_generated and decision.direct_generated
     # Scored against the question's own top-k, not the passages IRCoT gathered.
     top = ids(index.search(BRIDGE, K))
     assert ids(decision.passages) == top
     assert ids(run.passages) != top
     scored_or_settled(decision)
-    # The same numbers as arbitrating those two answers over the question's passages.
-    again = tm.arbitrate(BRIDGE, index.search(BRIDGE, K), direct_answer=decision.direct_answer,
-                         rag_answer=run.answer)
+    # The same numbers as the core given the pipeline's answer over the question's passages
+    # (the core generates Direct itself, as the chain's bare model did).
+    again = tm.arbitrate(BRIDGE, index.search(BRIDGE, K), rag_answer=run.answer)
+    assert (again.direct_answer, again.rag_answer) == (decision.direct_answer,
+                                                       decision.rag_answer)
     assert (again.source, again.reason) == (decision.source, decision.reason)
     if decision.m is not None:
         assert decision.m == pytest.approx(again.m, abs=1e-4)
@@ -175,9 +185,14 @@ def test_chain_with_several_candidates(tm: TrustMargin, index: BM25Index, ircot:
     decision = chain.invoke(YEAR)
     assert [c.name for c in decision.rag_candidates] == ["bm25", "ircot"]
     by_name = {c.name: c for c in decision.rag_candidates}
-    # A bare model is BM25-RAG: the core's own RAG answer over the question's top-k.
-    assert by_name["bm25"].answer == tm.answer(YEAR, index, K).rag_answer
-    assert by_name["ircot"].answer == clean_answer(ircot_runs[YEAR].answer)
+    # A bare model is BM25-RAG: the core's own RAG answer over the question's top-k (the
+    # core's generation stops at the first answer line, the LLM answers on). Each text is kept
+    # whole; what of it was compared with Direct is the candidate's answer.
+    core = tm.answer(YEAR, index, K)
+    assert (by_name["bm25"].raw or by_name["bm25"].answer).startswith(
+        core.rag_raw or core.rag_answer)
+    assert (by_name["ircot"].raw or by_name["ircot"].answer) == \
+        ircot_runs[YEAR].answer.strip()
     assert ids(decision.passages) == ids(index.search(YEAR, K))
     # Only pipelines have traces.
     assert list(decision.metadata[PIPELINES_KEY]) == ["ircot"]
@@ -299,7 +314,7 @@ def test_flare_wrapping_scores_against_the_question_top_k(
     decision = response.metadata[METADATA_KEY].decision
     assert isinstance(decision, Decision)
     scored_or_settled(decision)
-    assert decision.rag_answer == clean_answer(raw.response or "")
+    rag_text_is(decision, raw.response or "")
     # The evidence is the question's top-k through FLARE's own retriever, whatever FLARE found.
     top = ids(index.search(BRIDGE, K))
     assert ids(decision.passages) == top
@@ -373,7 +388,7 @@ def test_pipeline_query_engine_under_trustmargin(
     response = engine.query(BRIDGE)
     decision = response.metadata[METADATA_KEY]
     scored_or_settled(decision)
-    assert decision.rag_answer == clean_answer(run.answer)
+    rag_text_is(decision, run.answer)
     # By default the evidence is what the pipeline gathered...
     assert ids(decision.passages) == ids(run.passages)[:decision.passages_used]
     assert without_seconds(decision.metadata[PIPELINE_METADATA_KEY]) == \
@@ -384,7 +399,7 @@ def test_pipeline_query_engine_under_trustmargin(
                                    retriever=index, k=K)
     decision = paper.query(BRIDGE).metadata[METADATA_KEY]
     assert ids(decision.passages) == ids(index.search(BRIDGE, K))
-    assert decision.rag_answer == clean_answer(run.answer)
+    rag_text_is(decision, run.answer)
     assert decision.metadata["query_engine"]["source_nodes"] == [
         {"id": p.id, "title": p.title, "score": p.score} for p in run.passages]
 

@@ -75,8 +75,8 @@ def check_arbiter(value: Any, field: str = "tm") -> TrustMargin:
 
 def chosen_text(decision: Decision) -> str:
     """The chosen side's text as the user's engine or LLM produced it: ``Decision.answer``,
-    which the core fills with a given candidate's whole text (its short form is what was
-    scored, in ``direct_answer`` / ``rag_answer``)."""
+    which the core fills with a given candidate's whole text (the compared part, where the
+    two texts differ, is in ``direct_answer`` / ``rag_answer``)."""
     return decision.answer
 
 
@@ -155,9 +155,9 @@ class TrustMarginArbiter:
     (a JSON dict that reads like the Decision), and ``metadata["trustmargin_sources"]``,
     every node that was weighed (id, title, score), whichever side is kept. Without source
     nodes the closed-book answer is returned (``reason="no_evidence"``). Answers are passed
-    raw; the core scores their short form (``TrustMarginConfig.clean_answers``), which the
-    Decision keeps in ``direct_answer`` / ``rag_answer``; its ``answer`` is the chosen text
-    whole, as given.
+    raw; the core compares them where they differ (``TrustMarginConfig.scoring_form``) and
+    the Decision keeps the compared parts in ``direct_answer`` / ``rag_answer``; its
+    ``answer`` is the chosen text whole, as given.
 
     Args:
         tm: the arbiter; its backend is the scorer model.

@@ -70,8 +70,8 @@ class TrustMarginQueryEngine(BaseQueryEngine):
     the :class:`TrustMarginArbiter`'s result: the chosen answer's full text as the inner engine
     or ``llm`` wrote it, the inner engine's source nodes and metadata, and
     ``metadata["trustmargin"]``, the core Decision (a JSON dict that reads like the Decision;
-    its ``answer`` is the chosen full text, and ``direct_answer`` / ``rag_answer`` the short
-    forms that were scored). Without ``llm`` the scorer model
+    its ``answer`` is the chosen full text, and ``direct_answer`` / ``rag_answer`` the parts
+    that were compared, where the two texts differ). Without ``llm`` the scorer model
     generates the Direct answer itself, inside the same model call that scores.
 
     - A blank question, or one too long for ``llm``'s context window, is refused
