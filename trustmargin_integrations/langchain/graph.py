@@ -115,24 +115,25 @@ def trustmargin_node(
         return {answer_key: value if value is not None else decision.answer,
                 decision_key: decision, margins_key: margins_payload(decision)}
 
+    def finished(state: Mapping[str, Any], decision: Decision) -> dict[str, Any]:
+        """The state update, with the margins written to the custom stream first."""
+        writer = _writer()
+        if writer is not None:
+            writer({MARGINS_EVENT: margins_payload(decision)})
+        return update(state, decision)
+
     def node(state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
         try:
             decision = cast("Decision", router.invoke(router_input(state), config))
         except InvalidInputError as exc:
             raise renamed(exc) from None
-        writer = _writer()
-        if writer is not None:
-            writer({MARGINS_EVENT: margins_payload(decision)})
-        return update(state, decision)
+        return finished(state, decision)
 
     async def anode(state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
         try:
             decision = cast("Decision", await router.ainvoke(router_input(state), config))
         except InvalidInputError as exc:
             raise renamed(exc) from None
-        writer = _writer()
-        if writer is not None:
-            writer({MARGINS_EVENT: margins_payload(decision)})
-        return update(state, decision)
+        return finished(state, decision)
 
     return RunnableLambda(node, afunc=anode, name="trustmargin")
