@@ -141,7 +141,9 @@ def test_replayed_grid_cell_equals_recomputing_it(
     scored = [r for r in records if r.decision.m is not None]
     assert scored, "every sampled question was settled without scoring; pick other questions"
     lam, tau = 1.0, -0.5
-    other = TrustMargin(tm.backend, TrustMarginConfig(lambda_bind=lam, tau=tau))
+    # The run's short answers given back are scored whole, as the run scored them.
+    other = TrustMargin(tm.backend, TrustMarginConfig(lambda_bind=lam, tau=tau,
+                                                      scoring_form="sentence"))
     recomputed = other.arbitrate_batch([
         {"question": r.example.question, "passages": list(r.passages),
          "direct_answer": r.decision.direct_answer, "rag_answer": r.decision.rag_answer}

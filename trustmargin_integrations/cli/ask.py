@@ -75,8 +75,11 @@ def _print_decision(d: Any, include_prompts: bool) -> None:
         score = "" if p.score is None else f", score {p.score:.2f}"
         label = printable(f"{p.title}{score}, id {p.id}")
         console.print(f"  passage {p.rank} [dim]({label})[/]")
-    console.print(f"[bold]Direct[/]    {printable(repr(d.direct_answer))}")
-    console.print(f"[bold]RAG[/]       {printable(repr(d.rag_answer))}")
+    # Each side's text as given (or generated); what was compared, when only part of it was.
+    for label, text, part in (("Direct", d.direct_raw or d.direct_answer, d.direct_answer),
+                              ("RAG", d.rag_raw or d.rag_answer, d.rag_answer)):
+        compared = f"  (compared: {printable(repr(part))})" if part != text else ""
+        console.print(f"[bold]{label:<9}[/] {printable(repr(text))}{compared}")
     console.print(f"M_prior {signed(d.m_prior)}  M_bind {signed(d.m_bind)}  M {signed(d.m)}  "
                   f"(tau {d.tau}, lambda {d.lambda_bind})")
     console.print(f"[bold green]Answer[/]    {printable(repr(d.answer))}  [dim]source="

@@ -30,7 +30,11 @@ from trustmargin_integrations.evaluation.records import (
     pipeline_value,
     read_pipeline_record,
 )
-from trustmargin_integrations.evaluation.runner import example_key, settings_for
+from trustmargin_integrations.evaluation.runner import (
+    example_key,
+    settings_for,
+    short_answer_arbiter,
+)
 from trustmargin_integrations.pipelines import PIPELINES, build_pipeline
 from trustmargin_integrations.resumable import run_chunks
 from trustmargin_integrations.retrieval.base import Retriever
@@ -103,9 +107,14 @@ def run_pipeline(
     keys = [example_key(tm, keyed, rec.example.question, rec.passages,
                         rec.decision.direct_answer) for rec in records]
 
+    # The pipelines' answers and the run's Direct answers are short answers of the product's
+    # own prompts: scored whole, as the paper scores its answers (shorthand "sentence": a
+    # short answer is its own sentence), not compared as a chain's chat texts.
+    short = short_answer_arbiter(tm)
+
     def run_and_arbitrate(chunk: Sequence[int]) -> list[dict[str, Any]]:
         results = pipeline.run_batch([records[i].example.question for i in chunk])
-        decisions = tm.arbitrate_batch([
+        decisions = short.arbitrate_batch([
             {"question": records[i].example.question, "passages": list(records[i].passages),
              "direct_answer": records[i].decision.direct_answer,
              "rag_answer": result.answer,

@@ -172,6 +172,14 @@ def example_key(tm: TrustMargin, settings: Mapping[str, Any], question: str,
                      direct_answer=direct_answer)
 
 
+def short_answer_arbiter(tm: TrustMargin) -> TrustMargin:
+    """``tm`` for short answers of the product's own prompts given back as texts (a noise
+    run's Direct answers, other pipelines' answers): each scored whole, the paper's way,
+    rather than compared as a chain's chat texts (the ``"sentence"`` form leaves a short
+    single-line answer as it is); the same model, nothing reloaded."""
+    return TrustMargin(tm.backend, tm.config.model_copy(update={"scoring_form": "sentence"}))
+
+
 def _run_pending(
     tm: TrustMargin,
     store: ResultStore,
@@ -185,8 +193,10 @@ def _run_pending(
     """Arbitrate what the store lacks of a run's items (all of them, stored or not: see
     :func:`~trustmargin_integrations.resumable.run_chunks`); return the keys computed."""
 
+    short = short_answer_arbiter(tm)  # a noise run gives back the run's short Direct answers
+
     def arbitrate(chunk: Sequence[_Pending]) -> list[dict[str, Any]]:
-        decisions = tm.arbitrate_batch([
+        decisions = short.arbitrate_batch([
             {"question": p.example.question, "passages": p.evidence or p.passages,
              "direct_answer": p.direct_answer, "id": f"{p.example.dataset}:{p.example.id}"}
             for p in chunk
