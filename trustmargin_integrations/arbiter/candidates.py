@@ -38,7 +38,7 @@ def side_candidates(
             sentence = cut_to_sentence(config, chunk[i])
             out[i] = cleaned(config, text, generated=False, sentence=sentence)
             if out[i].raw is not None and sentence:  # type: ignore[union-attr]
-                _note(chunk[i], f"{side}_answer: scored on its short form "
+                note_once(chunk[i], f"{side}_answer: scored on its short form "
                       f"({text!r} -> {out[i].answer!r})")  # type: ignore[union-attr]
     # A RAG answer without evidence is never needed: the decision is "no_evidence".
     # A question with rag_candidates has its RAG side given: nothing is generated.
@@ -98,13 +98,13 @@ def rag_options(config: TrustMarginConfig, prepared: PreparedQuestion,
         option = cleaned(config, text, generated=False, sentence=True)
         option.name = label
         if option.raw is not None:
-            _note(prepared, f"rag_candidates[{i}]: scored on its short form "
+            note_once(prepared, f"rag_candidates[{i}]: scored on its short form "
                             f"({text!r} -> {option.answer!r})")
         out.append(option)
     return out
 
 
-def _note(prepared: PreparedQuestion, warning: str) -> None:
+def note_once(prepared: PreparedQuestion, warning: str) -> None:
     """Record a warning about the question's input once: a prepared question may be
     arbitrated again (another tau, another policy), and its input has not changed."""
     if warning not in prepared.input.warnings:

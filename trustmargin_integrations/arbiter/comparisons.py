@@ -9,10 +9,10 @@ scoring of a whole short answer."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from trustmargin_integrations.answers import answer_complete, answers_agree, clean_answer
-from trustmargin_integrations.arbiter.candidates import Candidate, cut_to_sentence
+from trustmargin_integrations.arbiter.candidates import Candidate, cut_to_sentence, note_once
 from trustmargin_integrations.arbiter.preparation import PreparedQuestion
 from trustmargin_integrations.backends.base import ModelSession
 from trustmargin_integrations.comparison import Span, differential, scored_text, words
@@ -71,8 +71,7 @@ def by_difference(direct: str, rag: str) -> Compared:
     that agree are scored whole should the caller score agreeing answers at all."""
     found = differential(direct, rag)
     if found.agree or not found.direct:
-        return Compared("differential", found.agree, (Piece("", direct),), (Piece("", rag),),
-                        direct, rag)
+        return replace(whole("differential", direct, rag), agree=found.agree)
     return Compared("differential", False, pieces(direct, found.direct), pieces(rag, found.rag),
                     scored_text(direct, found.direct), scored_text(rag, found.rag),
                     found.direct, found.rag)
@@ -142,9 +141,6 @@ def _by_extraction(prepared: PreparedQuestion, d: Candidate, o: Candidate,
     short = [c.answer if c.generated else stated.get((question, c.answer), "")
              for c in (d, o)]
     if not all(stated_in(s, c.answer) for s, c in zip(short, (d, o), strict=True)):
-        fallback = by_difference(d.answer, o.answer)
-        note = "extraction not stated in its text; compared by difference"
-        if note not in prepared.input.warnings:
-            prepared.input.warnings.append(note)
-        return fallback
+        note_once(prepared, "extraction not stated in its text; compared by difference")
+        return by_difference(d.answer, o.answer)
     return whole("extract", short[0], short[1])
