@@ -26,7 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trustmargin_integrations import strict_json
-from trustmargin_integrations.config import TrustMarginConfig
+from trustmargin_integrations.config import ScoringForm, TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.files import write_text_atomic
 from trustmargin_integrations.policies import Policy
@@ -148,6 +148,11 @@ class Calibration(BaseModel):
     policy: Policy | None = Field(
         None, description="The decision policy and its numbers (written by `trustmargin "
                           "check`); None: the margin rule with lambda_bind and tau.")
+    scoring_form: ScoringForm | None = Field(
+        None, description="How the answers the policy was chosen on were compared: a scoring "
+                          "form of a chain's own texts (the check ran on records giving their "
+                          "chain's answers; loading the file applies it), or None: the "
+                          "model's own short answers, scored the paper's way.")
     evidence: dict[str, Any] | None = Field(
         None, description="The domain check's evidence (its PolicyCheckResult as JSON: the "
                           "verdict line, every candidate's cross-validated score and the "
@@ -231,10 +236,12 @@ class Calibration(BaseModel):
 
     def apply(self, config: TrustMarginConfig | None = None) -> TrustMarginConfig:
         """``config`` (default: the paper's) with the file's lambda_bind, tau and policy
-        (the policy's own numbers, where it has them, win), validated."""
+        (the policy's own numbers, where it has them, win) and, for a policy chosen on a
+        chain's own answers, the scoring form they were compared under; validated."""
         base = config or TrustMarginConfig()
         update = {"lambda_bind": self.lambda_bind, "tau": self.tau,
-                  **self.decision_policy.setting}
+                  **self.decision_policy.setting,
+                  **({"scoring_form": self.scoring_form} if self.scoring_form else {})}
         updated = base.model_copy(update=update)
         return TrustMarginConfig.model_validate(updated.model_dump())
 

@@ -11,13 +11,14 @@ one-line verdict and the candidates, and writes the policy as a calibration file
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, get_args
 
 import typer
 
 from trustmargin_integrations.cli.app import command
 from trustmargin_integrations.cli.boundary import shown
 from trustmargin_integrations.cli.common import check_run_dir
+from trustmargin_integrations.config import ScoringForm
 from trustmargin_integrations.errors import InvalidInputError
 
 
@@ -53,9 +54,18 @@ def check(
         help="Share of each dataset set aside before choosing, used only to score the chosen "
              "policy on unseen questions (0 = choose on all).")] = 0.0,
     split_seed: Annotated[int, typer.Option(help="Seed of the --holdout split.")] = 0,
+    scoring_form: Annotated[str | None, typer.Option(
+        help="For records that give their chain's own answers (direct_answer, rag_answer): "
+             "how the two texts are compared: differential (default), extract or sentence.")
+    ] = None,
 ) -> None:
     """Check your domain first: keep TrustMargin, or plain RAG (or Direct), from your own
     labeled questions, with nested cross-validation and paired intervals.
+
+    Records that carry your chain's own two answers (``direct_answer``: the chain run without
+    retrieval, ``rag_answer``: with it) are checked on those texts, compared under
+    ``--scoring-form`` and graded whole; records without them on the model's own short
+    answers, generated with the paper's prompts.
 
     Load the result with ``TrustMargin.from_pretrained(model, calibration=FILE)`` or
     ``--calibration FILE``.
@@ -80,10 +90,16 @@ def check(
     # Before any work: the policy file never replaces an input or the run's own files.
     target = guard_output(out or target_dir / "policy.json", "--out", run_dir=target_dir,
                           inputs=_inputs(labeled if from_file else None, corpus, index))
+    form = _scoring_form(scoring_form)
     if from_file:
         _generate_and_score(labeled, target_dir, corpus=corpus, index=index, model=model,
                             top_k=top_k, dtype=dtype, device=device, batch_size=batch_size,
-                            folds=folds, holdout=holdout, split_seed=split_seed)
+                            folds=folds, holdout=holdout, split_seed=split_seed,
+                            scoring_form=form)
+    elif form is not None:
+        raise InvalidInputError("--scoring-form", "applies when records are answered and "
+                                "scored, not to a run directory already scored",
+                                "leave it out (the run's manifest says how it was compared)")
     check_run_dir(target_dir)
     loaded = LoadedRun.read(target_dir)
     if loaded.repeats:
@@ -97,6 +113,15 @@ def check(
     typer.echo(f"policy: {shown(str(path))}")
     typer.echo(f"use it: TrustMargin.from_pretrained({calibration.model_id!r}, "
                f"calibration={str(path)!r}), or --calibration {shown(str(path))}")
+
+
+def _scoring_form(value: str | None) -> ScoringForm | None:
+    """``--scoring-form`` checked against the config's forms (None: not given)."""
+    forms = get_args(ScoringForm)
+    if value is not None and value not in forms:
+        raise InvalidInputError("--scoring-form", f"must be one of {', '.join(forms)}, got "
+                                f"{value!r}", "pass --scoring-form differential (the default)")
+    return value  # type: ignore[return-value]
 
 
 def _inputs(labeled: Path | None, corpus: Path | None, index: Path | None
@@ -113,7 +138,7 @@ def _inputs(labeled: Path | None, corpus: Path | None, index: Path | None
 def _generate_and_score(labeled: Path, run_dir: Path, *, corpus: Path | None,
                         index: Path | None, model: str, top_k: int, dtype: str | None,
                         device: str | None, batch_size: int, folds: int, holdout: float,
-                        split_seed: int) -> None:
+                        split_seed: int, scoring_form: ScoringForm | None) -> None:
     """Answer and score the labeled file once into ``run_dir`` with ``eval``'s machinery
     (a second call reads the cache). Each distinct question is answered once, and every
     refusal the check would make after generating (too few questions, repeated ids under
@@ -127,11 +152,24 @@ def _generate_and_score(labeled: Path, run_dir: Path, *, corpus: Path | None,
     settings = _check_options(
         model=model, limit=None, top_k=top_k, batch_size=batch_size, dtype=dtype,
         device=device, run_dir=run_dir, noise_limit=0, noise_levels="", noise_seed=0,
-        noise_corpus=None, pipeline="", pipeline_limit=None, pipeline_corpus=None)
+        noise_corpus=None, pipeline="", pipeline_limit=None, pipeline_corpus=None,
+        scoring_form=scoring_form or "differential")
     examples = load_examples(labeled)
     if not examples:
         raise InvalidInputError(str(labeled), "holds no questions",
                                 "label a few dozen to a few hundred questions of your domain")
+    chained = [e.chain is not None for e in examples]
+    if any(chained) and not all(chained):
+        first = chained.index(not chained[0])
+        raise InvalidInputError(f"{labeled.name}: record {first + 1}", "gives no chain answers "
+                                "(direct_answer, rag_answer) while earlier records do"
+                                if chained[0] else "gives its chain's answers while earlier "
+                                "records do not", "check a chain's answers and the model's own "
+                                "in two files")
+    if scoring_form is not None and not any(chained):
+        raise InvalidInputError("--scoring-form", "applies to records that give their "
+                                "chain's answers (direct_answer, rag_answer); these give none",
+                                "leave it out, or add your chain's two answers to the records")
     distinct = Distinct.of([e.question for e in examples])
     repeats = distinct.warning([e.id for e in examples])
     if repeats:

@@ -36,6 +36,7 @@ from trustmargin_integrations.evaluation.runner import (
 )
 
 if TYPE_CHECKING:
+    from trustmargin_integrations.config import ScoringForm
     from trustmargin_integrations.evaluation.pipeline_runner import PipelineRecord
 
 DATA_ENV = "TRUSTMARGIN_DATA"
@@ -58,6 +59,7 @@ class _Settings:
     pipelines: list[str]
     pipeline_limit: int | None
     pipeline_corpus: Path | None
+    scoring_form: ScoringForm = "differential"  # how records' own chain answers are compared
 
 
 # Long only by its 21 option declarations (typer reads them from the signature); the body
@@ -201,14 +203,15 @@ def _evaluate(settings: _Settings,
     """Load the model once and run (or resume) every planned dataset."""
     from trustmargin_integrations.arbiter import TrustMargin
     from trustmargin_integrations.config import TrustMarginConfig
-    from trustmargin_integrations.evaluation.rundir import open_store, record_dataset
+    from trustmargin_integrations.evaluation.rundir import chain_info, open_store, record_dataset
 
     s = settings
     # The paper's rule, explicitly: eval reproduces the paper (the shipped policy is what
     # `trustmargin check` concluded from such runs, not what they measure).
     tm = TrustMargin.from_pretrained(s.model, dtype=s.dtype, device=s.device,
                                      config=TrustMarginConfig(top_k=s.top_k,
-                                                              batch_size=s.batch_size),
+                                                              batch_size=s.batch_size,
+                                                              scoring_form=s.scoring_form),
                                      calibration=None)
     store = open_store(s.run_dir)
     command_line = shlex.join(["trustmargin", *sys.argv[1:]])
@@ -221,7 +224,8 @@ def _evaluate(settings: _Settings,
         info = {"model": tm.backend.model_id, "dtype": model_dtype(tm), "retrieval": source.name,
                 "top_k": s.top_k, "batch_size": s.batch_size, "command": command_line,
                 "first_id": examples[0].id, "last_id": examples[-1].id,
-                "host": f"{platform.machine()}, {os.cpu_count()} CPU cores"}
+                "host": f"{platform.machine()}, {os.cpu_count()} CPU cores",
+                **chain_info(examples, tm.config.scoring_form)}
         noise = []
         noise_info = None
         if s.noise_limit > 0:

@@ -11,6 +11,7 @@ import datetime as _dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from trustmargin_integrations._version import __version__
 from trustmargin_integrations.calibration import (
@@ -63,7 +64,8 @@ class LoadedRun:
     def read(cls, run_dir: str | Path) -> LoadedRun:
         """Read ``run_dir`` (written by ``trustmargin eval``) and score every record."""
         runs = load_run(run_dir)
-        every = [(r.name, s) for r in runs for s in score_records(r.records)]
+        every = [(r.name, s) for r in runs
+                 for s in score_records(r.records, whole_texts=r.chain_answers)]
         distinct = Distinct.of([s.decision.question for _, s in every])
         scored: dict[str, list[Scored]] = {r.name: [] for r in runs}
         for position in distinct.kept:
@@ -135,10 +137,24 @@ def calibrate_run(
         cv=cv.result(objective) if cv else None,
         held_out=comparison_result(held_out_comparison(problem, held, final, resamples, seed),
                                    objective) if held else None,
+        scoring_form=_chain_form(runs),
         created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         package_version=__version__,
     )
     return calibration, cv
+
+
+def _chain_form(runs: Sequence[DatasetRun]) -> Any:
+    """The scoring form a run's chain answers were compared under (None: the model's own
+    answers); a policy is chosen on one kind of answers, compared one way."""
+    kinds = {r.chain_answers for r in runs}
+    if len(kinds) > 1:
+        raise InvalidInputError("run_dir", "mixes datasets of a chain's own answers "
+                                "(direct_answer, rag_answer) with the model's own answers",
+                                "check each kind in a run directory of its own")
+    if not kinds.pop():
+        return None
+    return _only({str(r.info.get("scoring_form")) for r in runs}, "scoring form")
 
 
 def _only(values: set[str], what: str) -> str:

@@ -119,14 +119,26 @@ def _held_out(table: PolicyTable, held: list[int], chosen: Policy, resamples: in
                              table.objective)
 
 
+def answers_compared(calibration: Calibration) -> str:
+    """Which answers the check ran on and how they were compared and graded."""
+    if calibration.scoring_form is None:
+        return ("answers: the model's own short answers (the paper's prompts), scored the "
+                "paper's way")
+    return (f"answers: your chain's own (direct_answer, rag_answer), compared under scoring "
+            f"form {calibration.scoring_form!r} and graded whole; loading the policy applies "
+            f"that form")
+
+
 def describe_check(result: PolicyCheckResult, calibration: Calibration | None = None
                    ) -> list[str]:
     """What ``trustmargin check`` prints: the verdict first, then every candidate's
     cross-validated score, the nested estimate of the check itself and, when questions were
     held out, the chosen policy on them."""
     metric = result.objective.upper()
-    lines = [result.verdict, "",
-             f"candidate policies ({result.folds}-fold cross-validation on {result.n} labeled "
+    lines = [result.verdict, ""]
+    if calibration is not None:
+        lines += [answers_compared(calibration), ""]
+    lines += [f"candidate policies ({result.folds}-fold cross-validation on {result.n} labeled "
              f"questions, seed {result.seed}; mean x100, 95% interval):", ""]
     width = max(len(result.candidates[k].policy.label) for k in POLICY_KINDS)
     for kind in POLICY_KINDS:

@@ -33,8 +33,19 @@ from trustmargin_integrations.schema import Passage
 
 
 @dataclass(frozen=True)
+class ChainAnswers:
+    """The two answers a user's own chain gave to one question, as text: run once without
+    retrieval (``direct_answer``) and once with it (``rag_answer``). The domain check then
+    arbitrates these texts instead of generating the paper's short answers."""
+
+    direct: str
+    rag: str
+
+
+@dataclass(frozen=True)
 class EvalExample:
-    """One benchmark question with its gold aliases and, when shipped, its passages."""
+    """One benchmark question with its gold aliases and, when shipped, its passages (and,
+    in a labeled file of a user's chain, that chain's two answers)."""
 
     dataset: str
     id: str
@@ -42,6 +53,7 @@ class EvalExample:
     answers: tuple[str, ...]
     passages: tuple[Passage, ...] | None = None
     meta: dict[str, str] = field(default_factory=dict)
+    chain: ChainAnswers | None = None
 
 
 @dataclass(frozen=True)
@@ -97,6 +109,28 @@ def _gold(record: dict[str, Any], where: str) -> tuple[str, ...]:
     if not aliases:
         raise InvalidInputError(f"{where}.answer", "is empty", "give at least one gold alias")
     return tuple(aliases)
+
+
+CHAIN_FIELDS = ("direct_answer", "rag_answer")
+"""A labeled record's fields for its chain's two answers (both or neither)."""
+
+
+def _chain_answers(record: dict[str, Any], where: str) -> ChainAnswers | None:
+    """The chain's two answers of a record, when it gives them (both, as text)."""
+    given = [name for name in CHAIN_FIELDS if name in record]
+    if not given:
+        return None
+    fix = ("give both answers of your chain as text: direct_answer (the chain run without "
+           "retrieval) and rag_answer (with it), or neither to let the model answer")
+    if len(given) == 1:
+        missing = next(name for name in CHAIN_FIELDS if name not in given)
+        raise InvalidInputError(f"{where}.{missing}", f"is missing while {given[0]} is given",
+                                fix)
+    for name in CHAIN_FIELDS:
+        if not isinstance(record[name], str):
+            raise InvalidInputError(f"{where}.{name}", f"is a {type(record[name]).__name__}, "
+                                    "not text", fix)
+    return ChainAnswers(direct=record["direct_answer"], rag=record["rag_answer"])
 
 
 def _passages(record: dict[str, Any], where: str, ident: str) -> tuple[Passage, ...] | None:
@@ -193,9 +227,10 @@ def _langsmith_record(record: Any) -> Any:
 
 def load_examples(path: str | Path, dataset: str | None = None) -> list[EvalExample]:
     """Read one question file, in file order: a JSON list or a JSONL file (``.jsonl``) of
-    ``{question, answer | answers[, passages][, test_id | id]}`` records, LangSmith examples
-    (``{inputs: {question}, outputs: {answer}}``, also in a JSON list) or a LlamaIndex
-    evaluation dataset's ``save_json`` file.
+    ``{question, answer | answers[, passages][, test_id | id][, direct_answer, rag_answer]}``
+    records (the last two: a user's chain's own answers, see :class:`ChainAnswers`),
+    LangSmith examples (``{inputs: {question}, outputs: {answer}}``, also in a JSON list) or a
+    LlamaIndex evaluation dataset's ``save_json`` file.
 
     Raises:
         InvalidInputError: the file is missing or not JSON / JSONL, or a record is bad; the
@@ -217,7 +252,7 @@ def load_examples(path: str | Path, dataset: str | None = None) -> list[EvalExam
         meta = {"type": str(rec["type"])} if "type" in rec else {}
         out.append(EvalExample(dataset=name, id=ident, question=rec["question"].strip(),
                                answers=_gold(rec, where), passages=_passages(rec, where, ident),
-                               meta=meta))
+                               meta=meta, chain=_chain_answers(rec, where)))
     return out
 
 

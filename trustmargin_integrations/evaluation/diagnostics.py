@@ -58,16 +58,32 @@ class Scored:
         return self.em_rag if choice == "rag" else self.em_direct
 
 
-def score_decision(decision: Decision, gold: Sequence[str]) -> Scored:
-    """Score both candidates of one decision against the gold aliases."""
-    return Scored(token_f1(decision.direct_answer, gold), token_f1(decision.rag_answer, gold),
-                  exact_match(decision.direct_answer, gold),
-                  exact_match(decision.rag_answer, gold), decision)
+def score_decision(decision: Decision, gold: Sequence[str], *, whole_texts: bool = False
+                   ) -> Scored:
+    """Score both candidates of one decision against the gold aliases.
+
+    ``whole_texts``: grade each side's text as the user's chain gave it (a run of a chain's
+    own answers), not the part the arbiter compared (``direct_answer``/``rag_answer`` hold
+    that part, e.g. the differing words); the text is what the chain returns to its user.
+    """
+    direct, rag = ((given_text(decision.direct_raw, decision.direct_answer),
+                    given_text(decision.rag_raw, decision.rag_answer)) if whole_texts
+                   else (decision.direct_answer, decision.rag_answer))
+    return Scored(token_f1(direct, gold), token_f1(rag, gold), exact_match(direct, gold),
+                  exact_match(rag, gold), decision)
 
 
-def score_records(records: Sequence[EvalRecord]) -> list[Scored]:
-    """Score every record's two candidates once; methods then only pick a side."""
-    return [score_decision(r.decision, r.example.answers) for r in records]
+def given_text(raw: str | None, compared: str) -> str:
+    """A given candidate's whole text: its text as given when the compared part differs
+    from it, else the compared part (which is then the whole text)."""
+    return raw.strip() if raw is not None else compared
+
+
+def score_records(records: Sequence[EvalRecord], *, whole_texts: bool = False) -> list[Scored]:
+    """Score every record's two candidates once; methods then only pick a side
+    (``whole_texts``: see :func:`score_decision`)."""
+    return [score_decision(r.decision, r.example.answers, whole_texts=whole_texts)
+            for r in records]
 
 
 def method_scores(

@@ -41,6 +41,18 @@ class DatasetRun:
     pipelines: dict[str, list[PipelineRecord]] = field(default_factory=dict)
     """Pipeline name -> one record per question it ran on (``eval --pipeline``)."""
 
+    @property
+    def chain_answers(self) -> bool:
+        """True when the run arbitrated a user's chain's own two answers (records with
+        ``direct_answer`` and ``rag_answer``) rather than the model's short answers: their
+        texts are graded whole, and ``scoring_form`` in :attr:`info` says how they were
+        compared."""
+        return self.info.get("candidates") == CHAIN_CANDIDATES
+
+
+CHAIN_CANDIDATES = "chain"
+"""The manifest's ``candidates`` value of a dataset whose records gave their chain's answers."""
+
 
 def inside_run(run_dir: str | Path, name: str) -> Path:
     """``run_dir / name``, refused when a symbolic link (or ``..``) leads it outside the run.
@@ -114,6 +126,14 @@ def _read_manifest(run_dir: Path) -> dict[str, Any]:
 def _write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
     write_text_atomic(inside_run(run_dir, MANIFEST_FILE),
                       json.dumps(manifest, indent=1, ensure_ascii=False))
+
+
+def chain_info(examples: Sequence[EvalExample], scoring_form: str) -> dict[str, str]:
+    """The manifest fields of a dataset whose records give their chain's own answers: that
+    they do, and the scoring form they were compared under (empty for the model's own)."""
+    if not any(e.chain is not None for e in examples):
+        return {}
+    return {"candidates": CHAIN_CANDIDATES, "scoring_form": scoring_form}
 
 
 def record_dataset(

@@ -35,7 +35,7 @@ from trustmargin_integrations.evaluation.records import (
 from trustmargin_integrations.prompts import PROMPT_VERSION
 from trustmargin_integrations.resumable import ChunkCallback, run_chunks
 from trustmargin_integrations.retrieval.base import Retriever, retrieve_batch
-from trustmargin_integrations.schema import Passage
+from trustmargin_integrations.schema import Decision, Passage
 from trustmargin_integrations.store import ResultStore, cache_key
 
 __all__ = [
@@ -160,16 +160,18 @@ class _Pending:
     retrieval_s: float
     direct_answer: str | None
     evidence: list[Passage] | None = None  # the records, when retrieved (ids reach the Decision)
+    rag_answer: str | None = None  # given with direct_answer: a user's chain's two texts
 
 
 def example_key(tm: TrustMargin, settings: Mapping[str, Any], question: str,
-                passages: Sequence[str], direct_answer: str | None) -> str:
+                passages: Sequence[str], direct_answer: str | None,
+                rag_answer: str | None = None) -> str:
     """The cache key of one example's result under ``tm`` (model and prompt version) and the
     run's ``settings`` (:meth:`RunSettings.as_dict`, plus whatever else the result depends
     on, e.g. a pipeline and its parameters)."""
     return cache_key(model_id=tm.backend.model_id, prompt_version=PROMPT_VERSION,
                      question=question, passages=passages, settings=settings,
-                     direct_answer=direct_answer)
+                     direct_answer=direct_answer, rag_answer=rag_answer)
 
 
 def short_answer_arbiter(tm: TrustMargin) -> TrustMargin:
@@ -178,6 +180,15 @@ def short_answer_arbiter(tm: TrustMargin) -> TrustMargin:
     rather than compared as a chain's chat texts (the ``"sentence"`` form leaves a short
     single-line answer as it is); the same model, nothing reloaded."""
     return TrustMargin(tm.backend, tm.config.model_copy(update={"scoring_form": "sentence"}))
+
+
+def _input(pending: _Pending) -> dict[str, Any]:
+    """The arbitration input of one pending item (its given texts, when it has them)."""
+    given = {"rag_answer": pending.rag_answer} if pending.rag_answer is not None else {}
+    return {"question": pending.example.question,
+            "passages": pending.evidence or pending.passages,
+            "direct_answer": pending.direct_answer,
+            "id": f"{pending.example.dataset}:{pending.example.id}", **given}
 
 
 def _run_pending(
@@ -196,12 +207,17 @@ def _run_pending(
     short = short_answer_arbiter(tm)  # a noise run gives back the run's short Direct answers
 
     def arbitrate(chunk: Sequence[_Pending]) -> list[dict[str, Any]]:
-        decisions = short.arbitrate_batch([
-            {"question": p.example.question, "passages": p.evidence or p.passages,
-             "direct_answer": p.direct_answer, "id": f"{p.example.dataset}:{p.example.id}"}
-            for p in chunk
-        ])
-        return [eval_value(d, p.retrieval_s) for p, d in zip(chunk, decisions, strict=True)]
+        # A user's chain's texts (both given) are compared as chat answers under the
+        # config's scoring form; the product's own short Direct answers are scored whole.
+        decided: dict[int, Decision] = {}
+        chain = [i for i, p in enumerate(chunk) if p.rag_answer is not None]
+        own = [i for i, p in enumerate(chunk) if p.rag_answer is None]
+        for arbiter, group in ((tm, chain), (short, own)):
+            if not group:
+                continue
+            decisions = arbiter.arbitrate_batch([_input(chunk[i]) for i in group])
+            decided.update(zip(group, decisions, strict=True))
+        return [eval_value(decided[i], p.retrieval_s) for i, p in enumerate(chunk)]
 
     # Length-sorted chunks keep padding small.
     pending.sort(key=lambda p: len(p.example.question) + sum(len(t) for t in p.passages))
@@ -240,13 +256,17 @@ def run_eval(
     if top_k < 1:
         raise InvalidInputError("top_k", f"must be >= 1, got {top_k}", "use --top-k 1 or more")
     settings = settings_for(tm, top_k=top_k, dtype=dtype, retrieval=source.name)
+    # A chain's texts are compared under the scoring form, which is part of their result.
+    chain_settings = {**settings.as_dict(), "scoring_form": tm.config.scoring_form}
     fetched = source.fetch(examples, top_k)
     keyed = []
     for ex, (passages, seconds) in zip(examples, fetched, strict=True):
         # No passage is a legitimate outcome: the Decision records "no_evidence".
         texts = [p.as_context() for p in passages]
-        key = example_key(tm, settings.as_dict(), ex.question, texts, None)
-        keyed.append(_Pending(ex, key, texts, seconds, None, list(passages)))
+        direct, rag = (ex.chain.direct, ex.chain.rag) if ex.chain else (None, None)
+        key = example_key(tm, chain_settings if ex.chain else settings.as_dict(), ex.question,
+                          texts, direct, rag)
+        keyed.append(_Pending(ex, key, texts, seconds, direct, list(passages), rag))
     computed = set(_run_pending(tm, store, list(keyed),
                                 batch_size=batch_size or tm.config.batch_size, desc="eval",
                                 progress=progress, on_chunk=on_chunk))

@@ -44,7 +44,7 @@ class RunView:
     def of(cls, runs: list[DatasetRun], folder: Path,
            calibration: Calibration | None = None) -> RunView:
         """Score every dataset of ``runs`` once."""
-        scored = {r.name: score_records(r.records) for r in runs}
+        scored = {r.name: score_records(r.records, whole_texts=r.chain_answers) for r in runs}
         tables = {n: method_scores(s) for n, s in scored.items()}
         return cls(runs=runs, folder=folder, calibration=calibration, scored=scored,
                    tables=tables, average=average_rows(tables),
