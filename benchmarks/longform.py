@@ -9,11 +9,15 @@ Resumable: the run keeps ``RUN_DIR/longform.jsonl``.
 Usage: python benchmarks/longform.py --dataset cwq --dataset hotpotqa --limit 40
        [--data-dir ../shared/data/raw] [--model qwen2.5-1.5b --dtype bfloat16]
        [--max-new-tokens 64] [--run-dir runs/longform] [--out table.md]
+
+Each dataset's answers are also written to ``RUN_DIR/<dataset>-chat.jsonl`` as a labeled file
+of chain answers: ``trustmargin check RUN_DIR/cwq-chat.jsonl`` runs the domain check on them.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,10 +26,12 @@ from trustmargin_integrations.evaluation.datasets import load_dataset
 from trustmargin_integrations.evaluation.longform import (
     FORMS,
     LongFormRecord,
+    labeled_records,
     longform_table,
     run_longform,
 )
 from trustmargin_integrations.evaluation.pipeline_runner import first_of_each_type
+from trustmargin_integrations.files import check_output, write_text_atomic
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "raw"
 
@@ -60,6 +66,10 @@ def main(argv: Sequence[str] | None = None) -> list[LongFormRecord]:
                                forms=args.form or FORMS, max_new_tokens=args.max_new_tokens,
                                batch_size=args.batch_size)
         lines += longform_table(records, f"{name} (n = {len(records)})")
+        labeled = check_output(args.run_dir / f"{name}-chat.jsonl", "--run-dir")
+        write_text_atomic(labeled, "".join(json.dumps(r, ensure_ascii=False) + "\n"
+                                           for r in labeled_records(records)))
+        lines += [f"Chain answers for the domain check: `trustmargin check {labeled}`.", ""]
         every += records
     text = "\n".join(lines)
     print(text)

@@ -147,6 +147,17 @@ def _given(example: EvalExample, texts: Mapping[str, str]) -> dict[str, Any]:
             "rag_answer": texts["rag_text"] or "(no answer)"}
 
 
+def labeled_records(records: Sequence[LongFormRecord]) -> list[dict[str, Any]]:
+    """The run as a labeled file of chain answers (``trustmargin check FILE`` reads it): each
+    question with its gold aliases, its passages and both chat answers as ``direct_answer``
+    and ``rag_answer``, so the domain check runs on these long-form answers."""
+    return [{"id": r.example.id, "question": r.example.question,
+             "answers": list(r.example.answers),
+             "passages": [{"title": p.title, "text": p.text} for p in r.example.passages or ()],
+             "direct_answer": r.direct_text or "(no answer)",
+             "rag_answer": r.rag_text or "(no answer)"} for r in records]
+
+
 def longform_bootstrap(records: Sequence[LongFormRecord], metric: str, *, seed: int = 0
                        ) -> Bootstrap:
     """Paired intervals of every method under ``metric`` (``contains`` or ``f1``), with
