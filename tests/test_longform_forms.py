@@ -4,12 +4,18 @@ model and shared benchmark questions."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 from trustmargin_integrations import TrustMargin
-from trustmargin_integrations.evaluation.datasets import load_dataset
-from trustmargin_integrations.evaluation.longform import FORMS, longform_table, run_longform
+from trustmargin_integrations.evaluation.datasets import load_dataset, load_examples
+from trustmargin_integrations.evaluation.longform import (
+    FORMS,
+    labeled_records,
+    longform_table,
+    run_longform,
+)
 
 DATA_DIR = Path(os.environ.get("TRUSTMARGIN_DATA")
                 or Path(__file__).resolve().parents[2] / "shared" / "data" / "raw")
@@ -34,3 +40,14 @@ def test_every_form_from_one_generation_and_resumed(tm: TrustMargin, tmp_path: P
     table = "\n".join(longform_table(records, "cwq (n = 2)"))
     assert all(f"tm:{form}" in table for form in FORMS)
     assert "Small sample" in table or "small sample" in table
+    # The run as a labeled file of chain answers: what `trustmargin check` reads back.
+    labeled = tmp_path / "cwq-chat.jsonl"
+    labeled.write_text("".join(json.dumps(r) + "\n" for r in labeled_records(records)),
+                       encoding="utf-8")
+    read = load_examples(labeled)
+    assert [(e.id, e.answers) for e in read] == [(r.example.id, r.example.answers)
+                                                for r in records]
+    assert [(e.chain.direct, e.chain.rag) for e in read if e.chain] == [
+        (r.direct_text, r.rag_text) for r in records]
+    assert [[p.as_context() for p in e.passages or ()] for e in read] == [
+        [p.as_context() for p in r.example.passages or ()] for r in records]
