@@ -171,8 +171,8 @@ def measure_loops(backend: HFBackend, clock: Clock, batch_sizes: Sequence[int],
                     made = backend.greedy(prompts, new_tokens)  # untimed: warms this shape
                     row["loop_used"] = backend.last_decode_loop
                     one, many = best_times(
-                        clock, [lambda: backend.greedy(prompts, 1),
-                                lambda: backend.greedy(prompts, new_tokens)], repeats)
+                        clock, [lambda p=prompts: backend.greedy(p, 1),
+                                lambda p=prompts: backend.greedy(p, new_tokens)], repeats)
             except (RuntimeError, ValueError, TypeError, AttributeError) as exc:
                 # One failing loop (a GPU run is one shot) still leaves the others' numbers.
                 rows.append({**row, "loop_used": f"failed: {type(exc).__name__}: {exc}"})
