@@ -133,17 +133,6 @@ def forced_length(backend: HFBackend) -> Iterator[None]:
         yield
 
 
-@contextmanager
-def decode_loop(backend: HFBackend, static: bool, graphs: bool) -> Iterator[None]:
-    """The backend's generation on one loop for the duration."""
-    before = backend.static_decode, backend.cuda_graphs
-    backend.static_decode, backend.cuda_graphs = static, graphs
-    try:
-        yield
-    finally:
-        backend.static_decode, backend.cuda_graphs = before
-
-
 def random_prompts(vocab: int, rows: int, length: int, seed: int = 0) -> list[list[int]]:
     """``rows`` prompts of random token ids, each 7 tokens shorter than the one before."""
     rng = random.Random(seed)
@@ -167,7 +156,8 @@ def measure_loops(backend: HFBackend, clock: Clock, batch_sizes: Sequence[int],
                                    "prompt_tokens": max(len(p) for p in prompts),
                                    "new_tokens": new_tokens, "repeats": repeats}
             try:
-                with decode_loop(backend, static, graphs), forced_length(backend):
+                with mock.patch.multiple(backend, static_decode=static, cuda_graphs=graphs), \
+                        forced_length(backend):
                     made = backend.greedy(prompts, new_tokens)  # untimed: warms this shape
                     row["loop_used"] = backend.last_decode_loop
                     one, many = best_times(
@@ -214,12 +204,18 @@ def device_name(device: torch.device) -> str:
     return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+def device_arguments(description: str) -> argparse.ArgumentParser:
+    """A parser with the ``--device`` and ``--dtype`` options both benchmarks take."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--device", choices=["cpu", "cuda"],
                         default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default=None,
                         help="default: bfloat16 on cuda, float32 on cpu")
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = device_arguments((__doc__ or "").splitlines()[0])
     parser.add_argument("--shapes", choices=sorted(SHAPES), nargs="+", default=["1b", "8b"])
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--prompt-tokens", type=int, default=2151,

@@ -64,7 +64,6 @@ import argparse
 import gc
 import json
 import os
-import platform
 import random
 import statistics
 import sys
@@ -95,6 +94,8 @@ from decode_loops import (
     Clock,
     best_times,
     build_model,
+    device_arguments,
+    device_name,
     forced_length,
     load_tokenizer,
     loops_table,
@@ -539,11 +540,7 @@ def log(message: str) -> None:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--device", choices=["cpu", "cuda"],
-                        default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default=None,
-                        help="default: bfloat16 on cuda, float32 on cpu")
+    parser = device_arguments((__doc__ or "").splitlines()[0])
     parser.add_argument("--shape", choices=sorted(SHAPES), default="1b")
     parser.add_argument("--questions", type=int, default=8,
                         help="questions per measurement (a batch size B above it runs B)")
@@ -658,14 +655,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                    for name, row in check_agreement(backend, context, items, fp32_runs, small,
                                                     limit).items()]
 
-    if device.type == "cuda":
-        device_name = torch.cuda.get_device_name(device)
-    else:
-        device_name = f"cpu ({platform.processor() or platform.machine()}, " \
-                      f"{torch.get_num_threads()} threads)"
     results: dict[str, Any] = {
-        "meta": {"device": str(device), "device_name": device_name, "torch": torch.__version__,
-                 "transformers": transformers.__version__, "python": sys.version.split()[0],
+        "meta": {"device": str(device), "device_name": device_name(device),
+                 "torch": torch.__version__, "transformers": transformers.__version__,
+                 "python": sys.version.split()[0],
                  "dtype": str(dtype).removeprefix("torch."), "shape": args.shape,
                  "config": SHAPES[args.shape], "vocab_size": vocab,
                  "parameters": sum(p.numel() for p in model.parameters()),

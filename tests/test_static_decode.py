@@ -6,9 +6,9 @@ without a CUDA graph)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+from unittest import mock
 
 import pytest
 import torch
@@ -31,15 +31,10 @@ def cwq(n: int) -> list[dict]:
             for i, r in enumerate(records[:n])]
 
 
-@contextmanager
-def loop(backend: HFBackend, static: bool, check_every: int | None = None) -> Iterator[None]:
-    """Generation on the static loop or the plain one (the session backend is shared)."""
-    before = backend.static_decode, backend.static_check_every
-    backend.static_decode, backend.static_check_every = static, check_every
-    try:
-        yield
-    finally:
-        backend.static_decode, backend.static_check_every = before
+def loop(backend: HFBackend, static: bool, check_every: int | None = None) -> Any:
+    """Generation on the static loop or the plain one for the duration (the session-wide
+    backend is restored afterwards)."""
+    return mock.patch.multiple(backend, static_decode=static, static_check_every=check_every)
 
 
 def plain_prompts(backend: HFBackend, n: int) -> list[list[int]]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
+from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -50,8 +51,12 @@ def static_decode_unsupported(model: Any) -> str | None:
     """Why the static loop cannot run ``model`` (None when it can).
 
     The step hands the model one 4D mask for every layer, so sliding-window layers (which
-    need their own mask) are out; remote-code models may handle the cache their own way.
+    need their own mask) are out; remote-code models may handle the cache their own way; and
+    transformers before 5 keeps a cache's tensors and positions elsewhere.
     """
+    major = int(version("transformers").split(".")[0])
+    if major < 5:
+        return f"transformers {version('transformers')} is installed (5 or later is needed)"
     config = model.config
     layer_types = getattr(config, "layer_types", None)
     if layer_types is not None:
@@ -155,7 +160,9 @@ class StaticDecoder:
         torch.cuda.current_stream(device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph):
+            # Thread-local: other threads (async adapters run generation in workers) may
+            # use CUDA while this one captures; only this thread's calls are recorded.
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 self._step()
         except RuntimeError as exc:
             warnings.warn(f"static-cache decoding: the CUDA graph capture failed ({exc}); "
