@@ -13,7 +13,12 @@ JSON):
 
 1. greedy decode per token at batch 1 after the RAG prompt: the model's own loop (prefill +
    N steps on a DynamicCache through ``HFBackend.prefill``/``greedy_steps``) and
-   ``HFBackend.generate`` with its EOS stop switched off so that exactly N tokens are made;
+   ``HFBackend.generate`` with its EOS stop switched off so that exactly N tokens are made
+   (on the backend's default loop: the static-cache loop with a CUDA graph on CUDA);
+1b. the decode loops compared (``benchmarks/decode_loops.py``, which also runs alone with
+   only torch and transformers installed): the plain loop (DynamicCache) against the
+   static-cache loop without and (CUDA) with a CUDA graph, ms per token at each
+   ``--loop-batch-sizes`` value after random prompts of the RAG prompt's length;
 2. per-question latency at batch 1: ``tm.arbitrate_batch`` (both candidates generated and
    six likelihoods) against Direct+RAG generation alone (two ``backend.generate`` calls);
 3. throughput (questions/s, ``tm.prepare`` included) at each ``--batch-sizes`` value, with
@@ -59,17 +64,14 @@ import argparse
 import gc
 import json
 import os
-import platform
 import random
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
-from unittest import mock
 
 import torch
 import transformers
@@ -86,6 +88,19 @@ from trustmargin_integrations.schema import Decision, Passage
 
 sys.path.insert(1, str(Path(__file__).resolve().parent))
 from contexts import fill
+from decode_loops import (
+    DTYPES,
+    SHAPES,
+    Clock,
+    best_times,
+    build_model,
+    device_arguments,
+    device_name,
+    forced_length,
+    load_tokenizer,
+    loops_table,
+    measure_loops,
+)
 
 T = TypeVar("T")
 
@@ -96,50 +111,9 @@ CORPUS_FILE = Path("hipporag") / "2wikimultihopqa_corpus.json"
 VIEWS = ("question_only", "question_context", "context_only")
 GB = 1024**3
 
-# Llama-3.2-1B and Llama-3.1-8B shapes (vocabulary: the tokenizer's, see --vocab-size).
-SHAPES: dict[str, dict[str, Any]] = {
-    "tiny": {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
-             "num_key_value_heads": 2, "intermediate_size": 1024,
-             "max_position_embeddings": 8192, "tie_word_embeddings": True},
-    "1b": {"hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 32,
-           "num_key_value_heads": 8, "intermediate_size": 8192,
-           "max_position_embeddings": 131072, "tie_word_embeddings": True},
-    "8b": {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
-           "num_key_value_heads": 8, "intermediate_size": 14336,
-           "max_position_embeddings": 131072, "tie_word_embeddings": False},
-}
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 # -- setup ----------------------------------------------------------------------------------
-
-
-def load_tokenizer(directory: str | None) -> tuple[Any, str]:
-    """The tokenizer of ``directory``, or of the embedded SmolLM2 model."""
-    from transformers import AutoTokenizer
-
-    if directory is None:
-        from trustmargin_integrations.models import resolve_model
-
-        _, path = resolve_model("smollm2-135m")
-        directory = str(path)
-    return AutoTokenizer.from_pretrained(directory), directory
-
-
-def build_model(shape: str, vocab_size: int, tokenizer: Any, dtype: torch.dtype,
-                device: torch.device) -> Any:
-    """A random-weight causal LM of the given shape, built directly on ``device`` (seed 0)."""
-    from transformers import AutoModelForCausalLM, LlamaConfig
-
-    cfg = LlamaConfig(vocab_size=vocab_size, rope_theta=500000.0,
-                      bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                      pad_token_id=tokenizer.pad_token_id, **SHAPES[shape])
-    # transformers 5 calls the argument ``dtype``; 4.x calls it ``torch_dtype``.
-    key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", **{key: dtype})
-    return model.to(device=device, dtype=dtype).eval()
 
 
 def synthetic_data(n: int, seed: int = 0) -> tuple[list[dict[str, str]], list[Passage]]:
@@ -188,24 +162,6 @@ def as_input(item: dict[str, Any], **given: str) -> dict[str, Any]:
 
 
 # -- timing and memory ----------------------------------------------------------------------
-
-
-@dataclass
-class Clock:
-    """Wall-clock timing that waits for the device before reading the clock."""
-
-    device: torch.device
-
-    def sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-
-    def time(self, fn: Callable[[], T]) -> tuple[float, T]:
-        self.sync()
-        start = time.perf_counter()
-        out = fn()
-        self.sync()
-        return time.perf_counter() - start, out
 
 
 @dataclass
@@ -264,23 +220,6 @@ def model_decode(backend: HFBackend, prompt: list[int], new_tokens: int) -> int:
     return made
 
 
-@contextmanager
-def forced_length(backend: HFBackend) -> Iterator[None]:
-    """Switch off HFBackend's EOS stop (``generate`` without ``stop`` has no other) so that
-    exactly the asked number of tokens is made."""
-    with mock.patch.object(backend, "eos_token_ids", frozenset()):
-        yield
-
-
-def best_times(clock: Clock, fns: Sequence[Callable[[], object]], repeats: int) -> list[float]:
-    """Best-of-``repeats`` seconds of each function, run interleaved (noise only adds time)."""
-    best = [float("inf")] * len(fns)
-    for _ in range(repeats):
-        for i, fn in enumerate(fns):
-            best[i] = min(best[i], clock.time(fn)[0])
-    return best
-
-
 def measure_decode(backend: HFBackend, clock: Clock, prompt: str, steps: int,
                    repeats: int) -> dict[str, Any]:
     """Per-token decode time at batch 1: (t(N tokens) - t(1 token)) / (N - 1)."""
@@ -290,11 +229,13 @@ def measure_decode(backend: HFBackend, clock: Clock, prompt: str, steps: int,
                                    lambda: model_decode(backend, ids, steps)], repeats)
     with forced_length(backend):
         made = len(backend.greedy([ids], steps).tokens[0])
+        loop = backend.last_decode_loop
         b_one, b_many = best_times(clock, [lambda: backend.generate([prompt], 1),
                                            lambda: backend.generate([prompt], steps)], repeats)
     return {"prompt_tokens": len(ids), "new_tokens": steps, "backend_tokens_made": made,
             "prefill_s": one, "model_per_token_s": (many - one) / (steps - 1),
-            "backend_per_token_s": (b_many - b_one) / (steps - 1), "repeats": repeats}
+            "backend_per_token_s": (b_many - b_one) / (steps - 1), "backend_loop": loop,
+            "repeats": repeats}
 
 
 def generation_only(backend: HFBackend, tm: TrustMargin, prepared: list[Any],
@@ -514,9 +455,15 @@ def render(results: dict[str, Any]) -> str:
             ["prefill + first token", f"{1e3 * dec['prefill_s']:.2f}"],
             ["per token, model loop (prefill + N steps, DynamicCache)",
              f"{1e3 * dec['model_per_token_s']:.2f}"],
-            ["per token, HFBackend.generate (EOS stop off, no stop predicate)",
-             f"{1e3 * dec['backend_per_token_s']:.2f}"],
+            [f"per token, HFBackend.generate (EOS stop off, no stop predicate; loop: "
+             f"{dec['backend_loop']})", f"{1e3 * dec['backend_per_token_s']:.2f}"],
         ]),
+        "",
+        f"### 1b. Decode loops (random prompts of {dec['prompt_tokens']} tokens, the next "
+        "rows 7 tokens shorter each; best of "
+        f"{dec['repeats']}; per token = (t(N) - t(1)) / (N - 1))",
+        "",
+        loops_table(results["decode_loops"], meta["shape"]),
         "",
         f"### 2. Latency per question at batch 1 (after one untimed run of each, median of "
         f"{lat['repeats']} alternating runs)",
@@ -593,17 +540,15 @@ def log(message: str) -> None:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--device", choices=["cpu", "cuda"],
-                        default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default=None,
-                        help="default: bfloat16 on cuda, float32 on cpu")
+    parser = device_arguments((__doc__ or "").splitlines()[0])
     parser.add_argument("--shape", choices=sorted(SHAPES), default="1b")
     parser.add_argument("--questions", type=int, default=8,
                         help="questions per measurement (a batch size B above it runs B)")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32, 64])
     parser.add_argument("--context-tokens", type=int, default=2048)
     parser.add_argument("--decode-tokens", type=int, default=32)
+    parser.add_argument("--loop-batch-sizes", type=int, nargs="+", default=[1, 8],
+                        help="batch sizes of the decode-loop comparison (1b)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="timed repeats: best of for decode, median (after one untimed "
                         "run) for latency and throughput")
@@ -622,7 +567,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
-    if (min(args.batch_sizes) < 1 or min(args.questions, args.repeats) < 1
+    if (min(args.batch_sizes + args.loop_batch_sizes) < 1 or min(args.questions, args.repeats) < 1
             or args.context_tokens < 64):
         parser.error("batch sizes, --questions and --repeats must be >= 1, "
                      "--context-tokens >= 64")
@@ -665,6 +610,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     log("1. decode")
     decode = measure_decode(backend, clock, rag_prompt, args.decode_tokens, args.repeats)
+    log("1b. decode loops")
+    loops = measure_loops(backend, clock, args.loop_batch_sizes, decode["prompt_tokens"],
+                          args.decode_tokens, args.repeats)
     log("2. batch-1 latency")
     latency, latency_decisions = measure_latency(backend, clock, memory, base, context,
                                                  args.repeats)
@@ -707,14 +655,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                    for name, row in check_agreement(backend, context, items, fp32_runs, small,
                                                     limit).items()]
 
-    if device.type == "cuda":
-        device_name = torch.cuda.get_device_name(device)
-    else:
-        device_name = f"cpu ({platform.processor() or platform.machine()}, " \
-                      f"{torch.get_num_threads()} threads)"
     results: dict[str, Any] = {
-        "meta": {"device": str(device), "device_name": device_name, "torch": torch.__version__,
-                 "transformers": transformers.__version__, "python": sys.version.split()[0],
+        "meta": {"device": str(device), "device_name": device_name(device),
+                 "torch": torch.__version__, "transformers": transformers.__version__,
+                 "python": sys.version.split()[0],
                  "dtype": str(dtype).removeprefix("torch."), "shape": args.shape,
                  "config": SHAPES[args.shape], "vocab_size": vocab,
                  "parameters": sum(p.numel() for p in model.parameters()),
@@ -724,7 +668,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                  "max_new_tokens": TrustMarginConfig().max_new_tokens,
                  "data": source, "synthetic": source.startswith("SYNTHETIC"),
                  "weights_allocated_gb": weights_gb},
-        "decode": decode, "latency": latency, "throughput": throughput,
+        "decode": decode, "decode_loops": loops, "latency": latency, "throughput": throughput,
         "agreement": checks, "growth": growth,
     }
     results["tables"] = render(results)

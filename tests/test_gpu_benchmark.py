@@ -33,13 +33,14 @@ def test_cpu_run_writes_every_measurement(tmp_path: Path) -> None:
     try:
         returned = bench.main(["--device", "cpu", "--shape", "tiny", "--questions", "2",
                                "--batch-sizes", "1", "2", "--context-tokens", "256",
-                               "--decode-tokens", "8", "--growth", "3", "--out", str(out)])
+                               "--decode-tokens", "8", "--loop-batch-sizes", "1", "2",
+                               "--growth", "3", "--out", str(out)])
     finally:
         torch.set_num_threads(threads)
 
     results = json.loads(out.read_text(encoding="utf-8"))
-    assert set(results) >= {"meta", "decode", "latency", "throughput", "agreement", "growth",
-                            "tables"}
+    assert set(results) >= {"meta", "decode", "decode_loops", "latency", "throughput",
+                            "agreement", "growth", "tables"}
     assert results["tables"] == returned["tables"]
     meta = results["meta"]
     assert meta["device"] == "cpu" and meta["dtype"] == "float32" and meta["shape"] == "tiny"
@@ -49,6 +50,17 @@ def test_cpu_run_writes_every_measurement(tmp_path: Path) -> None:
     decode = results["decode"]
     assert decode["new_tokens"] == 8 and decode["backend_tokens_made"] == 8
     assert decode["prefill_s"] > 0 and decode["prompt_tokens"] > 0
+    assert decode["backend_loop"] == "dynamic"  # the default off CUDA
+
+    # The loops compared: on CPU the plain and the static-cache loop (no CUDA graph), each
+    # with the plain loop's tokens, every row of the left-padded batch.
+    loops = results["decode_loops"]
+    assert [(r["batch_size"], r["loop_used"]) for r in loops] == [
+        (1, "dynamic"), (1, "static"), (2, "dynamic"), (2, "static")]
+    for row in loops:
+        assert row["per_token_s"] > 0 and row["new_tokens"] == 8
+        assert row["prompt_tokens"] == decode["prompt_tokens"]
+        assert row["rows_same_tokens_as_plain"] == row["rows"] == row["batch_size"]
 
     latency = results["latency"]
     assert latency["trustmargin_s"] > 0 and latency["generation_s"] > 0
@@ -76,7 +88,7 @@ def test_cpu_run_writes_every_measurement(tmp_path: Path) -> None:
     assert growth["allocated_growth_gb"] is None  # CUDA only
 
     tables = results["tables"]
-    for heading in ("### 1.", "### 2.", "### 3-5.", "### 6.", "### 7."):
+    for heading in ("### 1.", "### 1b.", "### 2.", "### 3-5.", "### 6.", "### 7."):
         assert heading in tables
     assert "n/a" in tables  # memory columns on CPU
 

@@ -11,7 +11,7 @@ from trustmargin_integrations import TrustMargin, TrustMarginConfig
 from trustmargin_integrations.answers import answer_complete, clean_answer
 from trustmargin_integrations.backends.base import ContinuationRequest
 from trustmargin_integrations.backends.hf import HFBackend
-from trustmargin_integrations.backends.hf.tree import uses_bool_masks
+from trustmargin_integrations.backends.hf.masks import uses_bool_masks
 from trustmargin_integrations.schema import Decision
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "raw"

@@ -13,8 +13,10 @@ The arbiter drives one batch of questions through :meth:`HFBackend.session`:
 path agrees with it to about 1e-6 in fp32 (tests hold it to 1e-4).
 
 Modules: :mod:`.backend` (loading, tokens, reference scoring, generation), :mod:`.decoding`
-(the public prefill / step / greedy API that FLARE and CLeHe use), :mod:`.tree` (stems,
-planning, the tree-masked pass), :mod:`.session` (``HFSession``).
+(the public prefill / step / greedy API that FLARE and CLeHe use), :mod:`.static_cache`
+(greedy steps on a static KV cache, one CUDA graph replay per token on CUDA), :mod:`.masks`
+(4D attention masks), :mod:`.tree` (stems, planning, the tree-masked pass), :mod:`.session`
+(``HFSession``).
 """
 
 from trustmargin_integrations.backends.hf.backend import HFBackend, pick_device, pick_dtype

@@ -22,6 +22,7 @@ from trustmargin_integrations.backends.base import (
 )
 from trustmargin_integrations.backends.hf.decoding import TokenDecoding, cache_argument
 from trustmargin_integrations.backends.hf.session import HFSession
+from trustmargin_integrations.backends.hf.static_cache import static_decode_unsupported
 from trustmargin_integrations.backends.tokens import LocalTokenizerMixin
 from trustmargin_integrations.errors import InvalidInputError, ModelLoadError
 
@@ -111,6 +112,23 @@ def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
     return frozenset(e for e in eos if e is not None)
 
 
+def _static_decode_choice(choice: bool | None, model: Any, device: torch.device) -> bool:
+    """Whether generation runs the static-cache loop: asked for, or (``None``) on CUDA for
+    a model it supports.
+
+    Raises:
+        InvalidInputError: (field ``static_decode``) asked for on a model it cannot run.
+    """
+    unsupported = static_decode_unsupported(model)
+    if choice is None:
+        return device.type == "cuda" and unsupported is None
+    if choice and unsupported is not None:
+        raise InvalidInputError("static_decode", f"the static-cache decode loop cannot run "
+                                f"this model: {unsupported}",
+                                "pass static_decode=False (or leave it out)")
+    return choice
+
+
 class HFBackend(LocalTokenizerMixin, TokenDecoding):
     """A local causal LM (transformers) implementing the Backend and TokenDecoder protocols.
 
@@ -120,9 +138,20 @@ class HFBackend(LocalTokenizerMixin, TokenDecoding):
         model_id: the name recorded in every Decision.
         fast: branch scoring off the generation caches in :meth:`session` (``False`` = the
             plain reference path, one forward pass per scored sequence).
+        static_decode: decode on a static KV cache whose step is replayed as a CUDA graph
+            (:mod:`.static_cache`; same tokens as the plain loop). ``None`` (default): on
+            CUDA devices for models it supports, the plain loop elsewhere; ``True`` asks for
+            it on any device (on CPU it runs without a graph); ``False`` turns it off.
+        cuda_graphs: capture the static loop's step as a CUDA graph on CUDA (``False``
+            runs the same static step without a graph).
+
+    Raises:
+        InvalidInputError: (field ``static_decode``) ``True`` for a model the static loop
+            cannot run (sliding-window layers, remote code).
     """
 
-    def __init__(self, model: Any, tokenizer: Any, model_id: str, *, fast: bool = True) -> None:
+    def __init__(self, model: Any, tokenizer: Any, model_id: str, *, fast: bool = True,
+                 static_decode: bool | None = None, cuda_graphs: bool = True) -> None:
         self.model = model.eval()
         # One model must not run two forward passes at once (LCEL runs parallel branches in
         # threads; async adapters score in worker threads), so model calls are serialized.
@@ -138,6 +167,8 @@ class HFBackend(LocalTokenizerMixin, TokenDecoding):
         self.cache_kwarg = cache_argument(model)
         window = getattr(model.config, "max_position_embeddings", None)
         self.context_window: int | None = window if isinstance(window, int) else None
+        self.static_decode = _static_decode_choice(static_decode, model, self.device)
+        self.cuda_graphs = cuda_graphs
 
     @classmethod
     def load(
@@ -148,13 +179,14 @@ class HFBackend(LocalTokenizerMixin, TokenDecoding):
         dtype: str | torch.dtype | None = None,
         trust_remote_code: bool = False,
         fast: bool = True,
+        static_decode: bool | None = None,
         progress: bool = False,
     ) -> HFBackend:
         """Load a named model, a local directory, a ``.gguf`` file or a Hugging Face id.
 
         Quiet by default: a load takes seconds, so transformers' "Loading weights" bar is
         hidden unless ``progress=True``. The one-time conversion of a named model's GGUF file
-        (tens of seconds) shows its own progress.
+        (tens of seconds) shows its own progress. ``static_decode``: see :class:`HFBackend`.
         """
         from transformers import AutoTokenizer
 
@@ -172,7 +204,7 @@ class HFBackend(LocalTokenizerMixin, TokenDecoding):
         except OSError as exc:
             raise ModelLoadError(f"could not load model {model!r}: {exc}. Fix: check the id or "
                                  "path; hub ids need network access") from exc
-        return cls(lm.to(dev), tokenizer, model_id, fast=fast)
+        return cls(lm.to(dev), tokenizer, model_id, fast=fast, static_decode=static_decode)
 
     def encode_prompt(self, prompt: str) -> list[int]:
         """Prompt token ids (special tokens come from the chat template when there is one)."""

@@ -22,12 +22,18 @@ from __future__ import annotations
 import inspect
 import threading
 from collections.abc import Iterator, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from trustmargin_integrations.backends.base import StopPredicate, stop_check_after
+from trustmargin_integrations.backends.hf.static_cache import (
+    CUDA_CHECK_EVERY,
+    StaticDecoder,
+    Step,
+)
 from trustmargin_integrations.errors import BackendError
 
 
@@ -93,11 +99,47 @@ class GreedyOutput:
     probabilities: list[list[float]] | None = field(default=None)
 
 
+class _GreedyTally:
+    """Per-row bookkeeping of greedy decoding, fed one step (every row's token) at a time:
+    a row ends at EOS (not kept), or after the token at which ``stop`` first holds."""
+
+    def __init__(self, decoding: TokenDecoding, stop: StopPredicate | None, rows: int,
+                 probabilities: bool) -> None:
+        self.decoding = decoding
+        self.stop = stop
+        self.tokens: list[list[int]] = [[] for _ in range(rows)]
+        self.probs: list[list[float]] = [[] for _ in range(rows)]
+        self.stops = ["limit"] * rows
+        self.done = [False] * rows
+        self.probabilities = probabilities
+
+    @property
+    def finished(self) -> bool:
+        """True once every row has ended."""
+        return all(self.done)
+
+    def add(self, step_tokens: list[int], step_probs: list[float] | None) -> None:
+        """Record one step's token of every row that has not ended."""
+        for row, token in enumerate(step_tokens):
+            if self.done[row]:
+                continue
+            if token in self.decoding.eos_token_ids:
+                self.done[row], self.stops[row] = True, "eos"
+                continue
+            self.tokens[row].append(token)
+            if self.probabilities and step_probs is not None:
+                self.probs[row].append(step_probs[row])
+            if self.decoding.stop_holds(self.stop, self.tokens[row]):
+                self.done[row], self.stops[row] = True, "stop"
+
+
 class TokenDecoding:
     """The decoding API, mixed into :class:`~trustmargin_integrations.backends.hf.HFBackend`.
 
     Needs ``model``, ``tokenizer``, ``device``, ``lock`` (an RLock), ``eos_token_ids`` and
-    ``pad_token_id`` on the instance.
+    ``pad_token_id`` on the instance. ``static_decode`` runs :meth:`greedy`'s steps on a
+    static KV cache (:mod:`.static_cache`), captured as a CUDA graph when ``cuda_graphs``
+    is on and the device is CUDA.
     """
 
     model: Any
@@ -107,6 +149,12 @@ class TokenDecoding:
     eos_token_ids: frozenset[int]
     pad_token_id: int
     cache_kwarg: str = "past_key_values"
+    static_decode: bool = False
+    cuda_graphs: bool = True
+    # Static steps decoded between two reads of their tokens by the host (None: a few on
+    # CUDA, every step elsewhere); any value gives the same result.
+    static_check_every: int | None = None
+    last_decode_loop: str = "none"
     _tokens_holding: dict[str, frozenset[int]]
 
     def decode_tokens(self, ids: Sequence[int]) -> str:
@@ -200,32 +248,59 @@ class TokenDecoding:
                probabilities: bool = False) -> GreedyOutput:
         """Greedy decoding of a left-padded batch: each row ends at EOS (not kept), after
         ``max_new_tokens`` or once ``stop`` holds for its text; the cache is then cropped
-        back to the prompts, ready for scoring."""
+        back to the prompts, ready for scoring.
+
+        The steps after the prefill run on a static KV cache (a CUDA graph replay per token
+        on CUDA, :mod:`.static_cache`) when ``static_decode`` is on, else on the prefill's
+        growing cache; both give the same tokens. ``last_decode_loop`` names the loop used.
+        """
         batch = self.prefill(prompts)
-        tokens: list[list[int]] = [[] for _ in prompts]
-        probs: list[list[float]] = [[] for _ in prompts]
-        stops = ["limit"] * len(prompts)
-        done = [False] * len(prompts)
-        for step_tokens in self.greedy_steps(batch, max_new_tokens):
-            chosen = step_tokens.tolist()
-            if probabilities:
-                step_probs = _picked_probabilities(batch.logits, step_tokens)
-            for row, token in enumerate(chosen):
-                if done[row]:
-                    continue
-                if token in self.eos_token_ids:
-                    done[row], stops[row] = True, "eos"
-                    continue
-                tokens[row].append(token)
-                if probabilities:
-                    probs[row].append(step_probs[row])
-                if self.stop_holds(stop, tokens[row]):
-                    done[row], stops[row] = True, "stop"
-            if all(done):
-                break
+        tally = _GreedyTally(self, stop, len(prompts), probabilities)
+        assert batch.logits is not None
+        first = batch.logits.argmax(-1)
+        tally.add(first.tolist(),
+                  _picked_probabilities(batch.logits, first) if probabilities else None)
+        self.last_decode_loop = "none"
+        if max_new_tokens > 1 and not tally.finished:
+            self.last_decode_loop = "static" if self.static_decode else "dynamic"
+            later = (self._static_chunks(batch, first, max_new_tokens - 1, probabilities)
+                     if self.static_decode else
+                     self._dynamic_chunks(batch, first, max_new_tokens - 1, probabilities))
+            with closing(later):
+                for chunk in later:
+                    for step_tokens, step_probs in chunk:
+                        tally.add(step_tokens, step_probs)
+                    if tally.finished:
+                        break
         batch.crop_to_prompts()
-        return GreedyOutput(batch, tokens, [self.decode_tokens(ids) for ids in tokens], stops,
-                            probs if probabilities else None)
+        return GreedyOutput(batch, tally.tokens,
+                            [self.decode_tokens(ids) for ids in tally.tokens], tally.stops,
+                            tally.probs if probabilities else None)
+
+    def _dynamic_chunks(self, batch: DecodingBatch, first: torch.Tensor, steps: int,
+                        probabilities: bool) -> Iterator[list[Step]]:
+        """The steps on the prefill's growing cache, one at a time (the reference loop)."""
+        tokens = first
+        for _ in range(steps):
+            self.step(batch, tokens)
+            tokens = batch.logits.argmax(-1)
+            yield [(tokens.tolist(),
+                    _picked_probabilities(batch.logits, tokens) if probabilities else None)]
+
+    def _static_chunks(self, batch: DecodingBatch, first: torch.Tensor, steps: int,
+                       probabilities: bool) -> Iterator[list[Step]]:
+        """The steps on a static cache; the host reads them every few steps on CUDA (where
+        the GPU runs ahead) and at every step elsewhere (where a step is synchronous)."""
+        decoder = StaticDecoder(self, batch, first, steps, probabilities=probabilities,
+                                capture=self.cuda_graphs)
+        check_every = self.static_check_every or (
+            CUDA_CHECK_EVERY if self.device.type == "cuda" else 1)
+        chunks = decoder.chunks(check_every)
+        with closing(chunks):
+            for chunk in chunks:
+                if decoder.captured:
+                    self.last_decode_loop = "static+cuda-graph"
+                yield chunk
 
     @torch.inference_mode()
     def token_probabilities(self, prefix: Sequence[int],

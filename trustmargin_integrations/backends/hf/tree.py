@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from trustmargin_integrations.backends.base import ContinuationRequest, ContinuationScore
 from trustmargin_integrations.backends.hf.decoding import DecodingBatch
+from trustmargin_integrations.backends.hf.masks import model_mask
 
 if TYPE_CHECKING:
     from trustmargin_integrations.backends.hf.backend import HFBackend
@@ -255,8 +256,7 @@ def score_stems(
     needed = sorted({p for row in packed.predictors for stem in row for t in stem for p in t})
     column = {p: i for i, p in enumerate(needed)}
     model = backend.model
-    mask = packed.allowed if uses_bool_masks(model) else additive_mask(packed.allowed,
-                                                                       model.dtype)
+    mask = model_mask(model, packed.allowed)
     with backend.lock:
         logits = model(
             input_ids=packed.ids.to(device), attention_mask=mask.to(device),
@@ -275,15 +275,3 @@ def score_stems(
                 scores.append(ContinuationScore(float(picked.sum()), len(target)))
         results.append(scores)
     return results
-
-
-def uses_bool_masks(model: Any) -> bool:
-    """True when the attention kernel (SDPA) takes a boolean 4D mask as it is."""
-    return getattr(model.config, "_attn_implementation", "sdpa") == "sdpa"
-
-
-def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The additive form of a boolean mask (0 where allowed, the dtype's minimum elsewhere),
-    for kernels such as eager attention."""
-    mask = torch.zeros(allowed.shape, dtype=dtype)
-    return mask.masked_fill(~allowed, torch.finfo(dtype).min)
