@@ -71,6 +71,8 @@ def test_the_gguf_tokenizer_is_the_local_backends(from_gguf: ServedTokenizer,
         ref(TEXTS, add_special_tokens=False).input_ids
     _assert_same_templates(from_gguf, ref)
     assert from_gguf.special_tokens == ref.special_tokens_map
+    # Read once per file in a process: every remote backend of a run shares it.
+    assert served_tokenizer("smollm2-135m") is from_gguf
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -25,7 +25,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -244,9 +244,24 @@ def _unreachable(repo_id: str, exc: Exception) -> ModelLoadError:
 def gguf_tokenizer(path: Path) -> ServedTokenizer:
     """The byte-level BPE tokenizer a GGUF file's metadata describes, with its chat template.
 
+    Built once per file version in a process (reading a GGUF's metadata takes seconds, and
+    every remote backend of a run reads the same file; the tokenizer is never modified).
+
     Raises:
         ModelLoadError: not a readable GGUF, or its tokenizer is not byte-level BPE.
     """
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        raise ModelLoadError(f"could not read {path}: {exc}. Fix: pass an existing .gguf "
+                             "file") from exc
+    return _gguf_tokenizer(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@lru_cache(maxsize=8)
+def _gguf_tokenizer(path_text: str, size: int, mtime_ns: int) -> ServedTokenizer:
+    """:func:`gguf_tokenizer` for one version of a file (size and mtime are the cache key)."""
+    path = Path(path_text)
     metadata = _gguf_metadata(path)
     kind = metadata.get("tokenizer.ggml.model")
     if kind != _GPT2_KIND:
