@@ -76,19 +76,10 @@ def test_the_gguf_tokenizer_is_the_local_backends(from_gguf: ServedTokenizer,
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.text(max_size=40))
-def test_any_text_tokenizes_as_the_local_backend_does(text: str) -> None:
-    mine, ref = _shared["gguf"], _shared["ref"]
-    _assert_same(mine, ref, text)
-
-
-_shared: dict[str, Any] = {}
-
-
-@pytest.fixture(autouse=True)
-def _share(from_gguf: ServedTokenizer, backend: Any) -> None:
-    # hypothesis runs a test many times in one call, where function fixtures are not allowed.
-    _shared.update(gguf=from_gguf, ref=backend.tokenizer)
+@given(text=st.text(max_size=40))
+def test_any_text_tokenizes_as_the_local_backend_does(from_gguf: ServedTokenizer,
+                                                       backend: Any, text: str) -> None:
+    _assert_same(from_gguf, backend.tokenizer, text)
 
 
 def test_a_hugging_face_folder_is_read_with_its_template_and_limit(backend: Any) -> None:
