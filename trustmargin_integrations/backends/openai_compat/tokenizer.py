@@ -29,7 +29,7 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
-from trustmargin_integrations.errors import ModelLoadError
+from trustmargin_integrations.errors import BackendError, InvalidInputError, ModelLoadError
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 """A Hugging Face model's tokenizer files (the first is required)."""
@@ -107,11 +107,11 @@ class ServedTokenizer:
         a prompt is the one the local backend builds.
         """
         if tokenize:
-            raise ModelLoadError("ServedTokenizer.apply_chat_template renders text only. "
-                                 "Fix: call it with tokenize=False and encode the text")
+            raise InvalidInputError("tokenize", "is True, but this tokenizer renders text "
+                                    "only", "pass tokenize=False and encode the text")
         if self.chat_template is None:
-            raise ModelLoadError(f"the tokenizer of {self.source} has no chat template. Fix: "
-                                 "check has_chat_template first, or pass a renderer")
+            raise BackendError(f"the tokenizer of {self.source} has no chat template. Fix: "
+                               "check has_chat_template first, or pass a renderer")
         return str(self._template.render(messages=[dict(m) for m in messages], tools=None,
                                          documents=None,
                                          add_generation_prompt=add_generation_prompt,
