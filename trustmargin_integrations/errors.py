@@ -32,3 +32,19 @@ class CacheCorruptError(TrustMarginError):
 
 class BackendError(TrustMarginError, RuntimeError):
     """A scoring or generation backend failed or lacks a required capability."""
+
+
+class MissingExtraError(TrustMarginError, ImportError):
+    """A feature needs packages of an install extra that is not installed.
+
+    Attributes:
+        extra: the extra that brings them (``pip install 'trustmargin-integrations[extra]'``).
+        missing: the modules that could not be found.
+    """
+
+    def __init__(self, extra: str, missing: list[str], feature: str, alternative: str = "") -> None:
+        self.extra = extra
+        self.missing = list(missing)
+        super().__init__(
+            f"{feature} needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
+            f"not installed. Fix: pip install 'trustmargin-integrations[{extra}]'{alternative}")

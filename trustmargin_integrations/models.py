@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trustmargin_integrations.errors import CacheCorruptError, InvalidInputError, ModelLoadError
+from trustmargin_integrations.extras import require_local_engine
 from trustmargin_integrations.files import atomic_binary_output, write_text_atomic
 
 logger = logging.getLogger(__name__)
@@ -194,6 +195,7 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
 
 
 def _build(gguf: Path, tmp: Path) -> None:
+    require_local_engine(f"converting {gguf.name} for a local model")
     import torch
     from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM, AutoTokenizer

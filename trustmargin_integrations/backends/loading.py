@@ -62,6 +62,9 @@ def cpu_threads(device: Any) -> int | None:
     (its resumed output would no longer be the one an uninterrupted run gives). A GPU's
     numbers do not depend on it.
     """
+    from trustmargin_integrations.extras import require_local_engine
+
+    require_local_engine()  # before torch: the typed error that names the extra
     import torch
 
     from trustmargin_integrations.backends.hf.backend import pick_device

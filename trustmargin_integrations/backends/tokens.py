@@ -13,8 +13,9 @@ from typing import Any
 class LocalTokenizerMixin:
     """``render_prompt``, ``count_tokens``, ``truncate_tokens`` from a local tokenizer.
 
-    Needs ``self.tokenizer`` (a transformers tokenizer); an optional ``self._renderer``
-    replaces the chat template.
+    Needs ``self.tokenizer`` (a transformers tokenizer, or the remote backend's
+    :class:`~.openai_compat.tokenizer.ServedTokenizer`, which offers the same calls); an
+    optional ``self._renderer`` replaces the chat template.
     """
 
     tokenizer: Any

@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from trustmargin_integrations.answers import answer_complete
 from trustmargin_integrations.backends.base import Backend
@@ -48,6 +46,9 @@ from trustmargin_integrations.pipelines.base import (
 from trustmargin_integrations.prompts import view_texts
 from trustmargin_integrations.retrieval.base import Retriever
 from trustmargin_integrations.schema import Passage
+
+if TYPE_CHECKING:  # torch is imported where it runs: a remote-only install imports this module
+    import torch
 
 
 @register
@@ -144,7 +145,6 @@ class CLeHePipeline(BasePipeline):
             "trace_truncated": len(ids) + (stop == "eos") > len(records)}))
         return self._result(question, answer, steps, rows, True, time.perf_counter() - start)
 
-    @torch.inference_mode()
     def decode(self, documents: list[list[int]],
                question_only: list[int]) -> tuple[list[int], list[dict[str, Any]], str]:
         """Joint greedy decoding over passage prompts and the question-only prompt.
@@ -158,6 +158,13 @@ class CLeHePipeline(BasePipeline):
             weights, entropies, chosen layer) and the stop reason (``"eos"``, ``"line"``,
             ``"limit"``).
         """
+        import torch
+
+        with torch.inference_mode():
+            return self._decode(documents, question_only)
+
+    def _decode(self, documents: list[list[int]],
+                question_only: list[int]) -> tuple[list[int], list[dict[str, Any]], str]:
         hf = self.hf
         # Passage rows: one left-padded batch with its own KV cache. The question-only row
         # runs apart: only it needs the hidden states of every layer.
@@ -186,6 +193,8 @@ class CLeHePipeline(BasePipeline):
     def _step(self, doc_logits: torch.Tensor,
               q_hidden: tuple[torch.Tensor, ...]) -> tuple[int, dict[str, Any]]:
         """The next token from the passage rows' logits and the question row's hidden states."""
+        import torch
+
         logp = torch.log_softmax(doc_logits.float(), dim=-1)             # (k, V)
         entropy = -(logp.exp() * logp).sum(-1)                          # (k,)
         weights = torch.softmax(-entropy / self.temperature, dim=0)     # (k,)

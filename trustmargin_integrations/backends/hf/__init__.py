@@ -19,6 +19,14 @@ Modules: :mod:`.backend` (loading, tokens, reference scoring, generation), :mod:
 (``HFSession``).
 """
 
+# The check below must run before the imports after it (which import torch).
+# ruff: noqa: E402
+from trustmargin_integrations.extras import require_local_engine
+
+# Before torch is imported: an install without the `local` extra gets the typed error that
+# names it, not a ModuleNotFoundError from deep inside.
+require_local_engine()
+
 from trustmargin_integrations.backends.hf.backend import HFBackend, pick_device, pick_dtype
 from trustmargin_integrations.backends.hf.decoding import (
     DecodingBatch,

@@ -19,13 +19,16 @@ How a likelihood is read from the server:
 * The sum over those ``n`` log-probabilities divided by ``n`` is the length-normalized
   likelihood, identical to the local backend's definition.
 
-Tokenization is done LOCALLY with the model's Hugging Face tokenizer (named model, directory
-or GGUF file). It is needed anyway to render the same chat template as the local backend, and
-it keeps ``count_tokens``/``truncate_tokens`` (called many times per question while the context
-is cut to its budget) free of network round trips. :meth:`OpenAICompatBackend.check_tokenizer`
+Tokenization is done LOCALLY with the model's tokenizer (named model, GGUF file, folder with
+``tokenizer.json`` or hub id; :mod:`.tokenizer` reads it with the ``tokenizers`` package, so
+a remote-only install needs neither torch nor transformers). It is needed anyway to render
+the same chat template as the local backend, and it keeps ``count_tokens``/
+``truncate_tokens`` (called many times per question while the context is cut to its budget)
+free of network round trips. :meth:`OpenAICompatBackend.check_tokenizer`
 compares it with the server's own tokenize endpoint once.
 
-Modules: :mod:`.backend` (``OpenAICompatBackend``, ``load_tokenizer``), :mod:`.transport`
+Modules: :mod:`.backend` (``OpenAICompatBackend``, ``load_tokenizer``), :mod:`.tokenizer`
+(the served model's tokenizer without transformers), :mod:`.transport`
 (the retried, bounded HTTP POST), :mod:`.logprobs` (reading and checking the echoed numbers),
 :mod:`.settings` (URL, key, waits and the ``TRUSTMARGIN_REMOTE_*`` variables).
 """

@@ -35,19 +35,22 @@ from trustmargin_integrations.backends.openai_compat.settings import (
     RemoteVariables,
     resolve_settings,
 )
+from trustmargin_integrations.backends.openai_compat.tokenizer import served_tokenizer
 from trustmargin_integrations.backends.openai_compat.transport import CompletionsTransport
 from trustmargin_integrations.backends.tokens import LocalTokenizerMixin
 from trustmargin_integrations.environment import variables_named
-from trustmargin_integrations.errors import BackendError, InvalidInputError, ModelLoadError
+from trustmargin_integrations.errors import BackendError, InvalidInputError
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 
 
 def load_tokenizer(source: Any) -> Any:
-    """A Hugging Face tokenizer from a named model, a directory, a ``.gguf`` file or a hub id.
+    """The served model's tokenizer from a named model, a ``.gguf`` file, a folder holding
+    ``tokenizer.json`` or a Hugging Face hub id, without transformers (:mod:`.tokenizer`).
 
-    A tokenizer object (anything with ``apply_chat_template``) is returned unchanged.
+    A tokenizer object (anything with ``apply_chat_template``, e.g. a transformers one) is
+    returned unchanged.
     """
     if hasattr(source, "apply_chat_template"):
         return source
@@ -55,16 +58,7 @@ def load_tokenizer(source: Any) -> Any:
         raise InvalidInputError("tokenizer", f"is a {type(source).__name__}",
                                 "pass a tokenizer, a named model such as 'smollm2-135m', a "
                                 "model directory or a .gguf file")
-    from transformers import AutoTokenizer
-
-    from trustmargin_integrations.models import resolve_model
-
-    _, local = resolve_model(str(source))
-    try:
-        return AutoTokenizer.from_pretrained(str(local) if local is not None else str(source))
-    except OSError as exc:
-        raise ModelLoadError(f"could not load the tokenizer of {source!r}: {exc}. Fix: pass the "
-                             "served model's directory, .gguf file or named model") from exc
+    return served_tokenizer(source)
 
 
 class OpenAICompatBackend(LocalTokenizerMixin):
@@ -73,7 +67,9 @@ class OpenAICompatBackend(LocalTokenizerMixin):
     Args:
         base_url: server root, e.g. ``http://127.0.0.1:8000`` (a trailing ``/v1`` is accepted).
         model: the model name the server serves (the ``model`` field of each request).
-        tokenizer: the served model's tokenizer (object, named model, directory or GGUF file).
+        tokenizer: the served model's tokenizer: an object (e.g. a transformers tokenizer),
+            or a named model, a ``.gguf`` file, a folder with ``tokenizer.json`` or a hub id,
+            read without transformers (:mod:`.tokenizer`).
         api_key: bearer token, if the server wants one (default: ``$TRUSTMARGIN_REMOTE_API_KEY``).
             It is sent in the ``Authorization`` header only, never logged or put in errors.
             A key wins over ``user:password@`` in ``base_url``: the URL's credentials are
