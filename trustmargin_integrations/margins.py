@@ -11,14 +11,12 @@ itself. New code builds a :class:`~trustmargin_integrations.rule.Policy` and pas
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 from trustmargin_integrations.rule import (
     SETTLED,
     Choice,
     MarginPair,
     Margins,
-    Policy,
     Reason,
     ThreeViews,
     Verdict,
@@ -26,26 +24,11 @@ from trustmargin_integrations.rule import (
     settle,
     settle_among,
 )
-
-Variant = Literal["full", "no_prior", "no_bind"]
-"""The paper's rule or one of its ablations (w/o M_prior, w/o M_bind): old names of the
-policies ``rule``, ``weighted_bind`` and ``prior_only``."""
-VARIANTS: tuple[Variant, ...] = ("full", "no_prior", "no_bind")
+from trustmargin_integrations.rule.replay import VARIANTS, Variant, variant_policy
 
 __all__ = ["SETTLED", "VARIANTS", "Choice", "Margins", "Reason", "ThreeViews", "Variant",
            "Verdict", "compute_margins", "decide", "decide_among", "settle", "settle_among",
            "variant_policy"]
-
-
-def variant_policy(lambda_bind: float, tau: float, variant: Variant = "full") -> Policy:
-    """The policy an ablation variant names, at ``lambda_bind`` and ``tau``.
-
-    Raises:
-        ValueError: an unknown variant.
-    """
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; use 'full', 'no_prior' or 'no_bind'")
-    return Policy.of(variant, lambda_bind, tau, drop_unused=True)
 
 
 def decide_among(

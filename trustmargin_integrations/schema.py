@@ -8,15 +8,13 @@ write it as ``null``. Such a record is refused where it is built, never stored.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from trustmargin_integrations.config import DecisionPolicy, LambdaBind, Tau, check_rule_value
-from trustmargin_integrations.margins import Variant, variant_policy
-from trustmargin_integrations.rule import Choice, MarginPair, Policy, Reason, settle_among
-from trustmargin_integrations.rule.replay import own_policy, replay_winner
+from trustmargin_integrations.rule import Choice, Policy, Reason
+from trustmargin_integrations.rule.replay import Variant, own_policy, replay_winner, variant_policy
 
 Source = Literal["direct", "rag", "agree"]
 CompareForm = Literal["paper", "differential", "extract", "sentence", "whole"]
@@ -342,29 +340,3 @@ class Decision(BaseModel):
         """True when the final answer is the RAG candidate (equal answers count as RAG)."""
         return self.replay() == "rag"
 
-
-def multi_candidate_answer(decisions: Sequence[Decision]) -> str:
-    """The answer TrustMargin keeps among Direct and several RAG candidates, given one
-    pairwise decision per candidate (same question, Direct answer and passages).
-
-    Each candidate's likelihoods do not depend on the other candidates, so its pairwise
-    margins are the ones multi-candidate arbitration computes; the choice is made by the one
-    rule (:func:`~trustmargin_integrations.rule.settle_among`, then
-    :meth:`~trustmargin_integrations.rule.Policy.decide`).
-    """
-    first = decisions[0]
-    blank = [d.reason in ("rag_answer_blank", "both_answers_blank") for d in decisions]
-    agree = [d.reason == "answers_agree" for d in decisions]
-    direct_blank = any(d.reason in ("direct_answer_blank", "both_answers_blank")
-                       for d in decisions)
-    verdict = settle_among(has_evidence=all(d.reason != "no_evidence" for d in decisions),
-                           direct_blank=direct_blank, rag_blank=blank, agree_unscored=agree)
-    if verdict is None:
-        margins = [MarginPair(d.m_prior, d.m_bind)
-                   if d.m_prior is not None and d.m_bind is not None
-                   else MarginPair(0.0, 0.0) if a else None
-                   for d, a in zip(decisions, agree, strict=True)]
-        verdict = Policy.fitted(first.lambda_bind, first.tau).decide(margins)
-    if verdict.choice == "direct" or verdict.candidate is None:
-        return first.direct_answer
-    return decisions[verdict.candidate].rag_answer
