@@ -41,14 +41,30 @@ class RecordedCandidate(Protocol):
     def m_bind(self) -> float | None: ...
 
 
-class RecordedDecision(RecordedCandidate, Protocol):
+class PairwiseRecord(RecordedCandidate, Protocol):
+    """What :func:`multi_candidate_answer` reads of a pairwise decision (and replay of any)."""
+
+    @property
+    def reason(self) -> str: ...
+
+    @property
+    def lambda_bind(self) -> float: ...
+
+    @property
+    def tau(self) -> float: ...
+
+    @property
+    def direct_answer(self) -> str: ...
+
+    @property
+    def rag_answer(self) -> str: ...
+
+
+class RecordedDecision(PairwiseRecord, Protocol):
     """What replay reads of a recorded decision."""
 
     @property
     def id(self) -> str | None: ...
-
-    @property
-    def reason(self) -> str: ...
 
     @property
     def winner(self) -> int | None: ...
@@ -58,12 +74,6 @@ class RecordedDecision(RecordedCandidate, Protocol):
 
     @property
     def policy(self) -> str: ...
-
-    @property
-    def lambda_bind(self) -> float: ...
-
-    @property
-    def tau(self) -> float: ...
 
 
 def own_policy(decision: RecordedDecision) -> Policy:
@@ -101,25 +111,6 @@ def replay_winner(decision: RecordedDecision, policy: Policy | None = None) -> i
         return settled_kept(decision.reason,
                             decision.winner if decision.rag_candidates else 0)
     return (policy or own_policy(decision)).decide(margins).kept
-
-
-class PairwiseRecord(RecordedCandidate, Protocol):
-    """What :func:`multi_candidate_answer` reads of a pairwise decision."""
-
-    @property
-    def reason(self) -> str: ...
-
-    @property
-    def lambda_bind(self) -> float: ...
-
-    @property
-    def tau(self) -> float: ...
-
-    @property
-    def direct_answer(self) -> str: ...
-
-    @property
-    def rag_answer(self) -> str: ...
 
 
 def multi_candidate_answer(decisions: Sequence[PairwiseRecord]) -> str:

@@ -64,11 +64,9 @@ class MarginPair:
 
 
 @dataclass(frozen=True)
-class Margins:
+class Margins(MarginPair):
     """The two margins and ``M``, their combination under the policy that decided."""
 
-    m_prior: float
-    m_bind: float
     m: float
 
 
