@@ -158,3 +158,48 @@ def test_changing_tau_on_a_cached_eval_run_loads_no_model(
         fresh = tm.arbitrate_batch(inputs, policy=policy)
         assert [replay_winner(d, policy) for d in cached] == [
             None if f.source == "direct" else 0 for f in fresh]
+
+
+def test_llama_index_arbiters_with_different_policies_share_one_tm(
+        tm: TrustMargin, monkeypatch: pytest.MonkeyPatch) -> None:
+    from llama_index.core.schema import NodeWithScore, TextNode
+
+    from trustmargin_integrations.llama_index import TrustMarginArbiter
+
+    nodes = [NodeWithScore(node=TextNode(text=PASSAGES[0]), score=1.0)]
+    call = CALLS[0]
+    built: list[int] = []
+    init = TrustMargin.__init__
+
+    def counted_init(self: TrustMargin, *args: Any, **kwargs: Any) -> None:
+        built.append(1)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(TrustMargin, "__init__", counted_init)
+    direct = TrustMarginArbiter(tm, policy=Policy.always_direct())
+    kept = direct.arbitrate(call["question"], call["direct_answer"], call["rag_answer"],
+                            source_nodes=nodes).metadata["trustmargin"]
+    assert (kept.policy, kept.source, kept.reason) == ("always_direct", "direct",
+                                                       "policy_always_direct")
+    rag = direct.arbitrate(call["question"], call["direct_answer"], call["rag_answer"],
+                           source_nodes=nodes, policy=Policy.always_rag()
+                           ).metadata["trustmargin"]
+    assert (rag.policy, rag.source) == ("always_rag", "rag") and rag.m == kept.m
+    assert not built
+    with pytest.raises(InvalidInputError) as err:
+        TrustMarginArbiter(tm, policy="always_rag")  # type: ignore[arg-type]
+    assert err.value.field == "policy"
+
+
+def test_scored_evidence_is_decided_under_every_policy_without_the_model(
+        tm: TrustMargin, monkeypatch: pytest.MonkeyPatch) -> None:
+    expected = {policy: tm.arbitrate_batch(INPUTS, policy=policy) for policy in POLICIES}
+    opened = _sessions(monkeypatch, tm)
+    evidence = tm.score_batch(INPUTS)
+    assert len(opened) == 1
+    for policy, decisions in expected.items():
+        decided = [tm.decide(e, policy) for e in evidence]
+        assert [_no_timings(d) for d in decided] == [_no_timings(d) for d in decisions]
+    assert [_no_timings(tm.decide(e)) for e in evidence] == [
+        _no_timings(d) for d in expected[Policy.paper()]]
+    assert len(opened) == 1  # every policy decided on the one scoring pass

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from trustmargin_integrations.arbiter.candidates import rag_options, side_candidates
 from trustmargin_integrations.arbiter.comparisons import compare_chunk
-from trustmargin_integrations.arbiter.decision import assemble_decision
+from trustmargin_integrations.arbiter.decision import Evidence, assemble_decision
 from trustmargin_integrations.arbiter.plan import plan_question, score_rows
 from trustmargin_integrations.arbiter.preparation import PreparedQuestion, prepare_valid
 from trustmargin_integrations.backends.base import Backend
@@ -299,33 +299,58 @@ class TrustMargin:
         return [fresh[i] if i in fresh else cast("PreparedQuestion", item)
                 for i, item in enumerate(items)]
 
+    def score_batch(
+        self,
+        inputs: Iterable[ArbitrationInput | Mapping[str, Any] | PreparedQuestion],
+        *,
+        include_prompts: bool | None = None,
+        progress: bool = False,
+    ) -> list[Evidence]:
+        """Score many questions without deciding them: the model's whole share of
+        :meth:`arbitrate_batch` (generation, comparison, settling, the six likelihoods).
+
+        Turn each result into a Decision with :meth:`decide`, under as many policies as you
+        like: no likelihood depends on the policy, so the model runs once.
+        """
+        return self._score_prepared(self.prepare_batch(inputs), include_prompts,
+                                    progress=progress)
+
+    def decide(self, evidence: Evidence, policy: Policy | None = None) -> Decision:
+        """The Decision of scored ``evidence`` (:meth:`score_batch`) under ``policy``
+        (default: the config's). Runs no model."""
+        return assemble_decision(evidence, config=self.config,
+                                 policy=self._policies(policy, 1)[0])
+
     def _arbitrate_prepared(
         self, prepared: list[PreparedQuestion], include_prompts: bool | None, *, progress: bool,
         policies: list[Policy],
     ) -> list[Decision]:
+        evidence = self._score_prepared(prepared, include_prompts, progress=progress)
+        return [assemble_decision(e, config=self.config, policy=p)
+                for e, p in zip(evidence, policies, strict=True)]
+
+    def _score_prepared(
+        self, prepared: list[PreparedQuestion], include_prompts: bool | None, *, progress: bool
+    ) -> list[Evidence]:
         if not prepared:
             return []
         keep_prompts = self.config.include_prompts if include_prompts is None else include_prompts
         # Length-sorted batches keep left padding (and so wasted compute) small.
         order = sorted(range(len(prepared)), key=lambda i: len(prepared[i].views.question_context))
-        decisions: list[Decision | None] = [None] * len(prepared)
+        evidence: list[Evidence | None] = [None] * len(prepared)
         size = self.config.batch_size
         with tqdm(total=len(prepared), desc="arbitrating", unit="q",
                   disable=not progress) as bar:
             for start in range(0, len(order), size):
                 chunk = order[start:start + size]
-                done = self._arbitrate_chunk([prepared[i] for i in chunk], keep_prompts,
-                                             [policies[i] for i in chunk])
-                for i, decision in zip(chunk, done, strict=True):
-                    decisions[i] = decision
+                done = self._score_chunk([prepared[i] for i in chunk], keep_prompts)
+                for i, scored in zip(chunk, done, strict=True):
+                    evidence[i] = scored
                 bar.update(len(chunk))
-        return [d for d in decisions if d is not None]
+        return [e for e in evidence if e is not None]
 
-    def _arbitrate_chunk(
-        self, chunk: list[PreparedQuestion], keep_prompts: bool, policies: list[Policy]
-    ) -> list[Decision]:
-        """One model session: generate what is missing, compare each pair, settle or score;
-        then each question's policy decides.
+    def _score_chunk(self, chunk: list[PreparedQuestion], keep_prompts: bool) -> list[Evidence]:
+        """One model session: generate what is missing, compare each pair, settle or score.
 
         A pairwise question is the one-candidate case of a multi-candidate one: the same
         settling, scoring and rule (:func:`~trustmargin_integrations.rule.settle_among`,
@@ -363,10 +388,8 @@ class TrustMargin:
             timings = Timings(generate_direct_s=direct[i].seconds,
                               generate_rag_s=rag[i].seconds, comparing_s=comparing_s,
                               scoring_s=scoring_s if i in scores else 0.0, total_s=total)
-            out.append(assemble_decision(prepared, direct[i], options[i], compared[i],
-                                         plans[i], scores.get(i), timings, config=self.config,
-                                         policy=policies[i], model_id=self.backend.model_id,
-                                         keep_prompts=keep_prompts))
+            out.append(Evidence(prepared, direct[i], options[i], compared[i], plans[i],
+                                scores.get(i), timings, self.backend.model_id, keep_prompts))
         return out
 
     def _blank(self, answer: str) -> bool:

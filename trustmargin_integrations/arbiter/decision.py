@@ -24,6 +24,26 @@ from trustmargin_integrations.rule import (
 from trustmargin_integrations.schema import Decision, RagCandidate, Timings, ViewLikelihoods
 
 
+@dataclass(frozen=True)
+class Evidence:
+    """What scoring one question leaves for a policy to decide on: its candidates and their
+    comparison with Direct, the plan (settled, or which candidates were scored), the six
+    likelihoods per scored pair (Direct's then each scored candidate's; None when settled)
+    and the provenance (model, timings, prompts). No field depends on a policy:
+    :func:`assemble_decision` turns it into a Decision under any policy, without the model.
+    """
+
+    prepared: PreparedQuestion
+    direct: Candidate
+    options: list[Candidate]
+    compared: list[Compared]
+    plan: Plan
+    scores: list[ViewLikelihoods] | None
+    timings: Timings
+    model_id: str
+    keep_prompts: bool
+
+
 @dataclass
 class _Outcome:
     """A question's verdict with the likelihoods and margins behind it (None where an
@@ -99,24 +119,15 @@ def returned_text(candidate: Candidate, compared_text: str, config: TrustMarginC
 
 # Long only by the Decision's field list (one keyword per audit field, ~35): kept in one call
 # so that where every recorded number comes from is visible in one place.
-def assemble_decision(
-    prepared: PreparedQuestion,
-    direct: Candidate,
-    options: list[Candidate],
-    compared: list[Compared],
-    plan: Plan,
-    scores: list[ViewLikelihoods] | None,
-    timings: Timings,
-    *,
-    config: TrustMarginConfig,
-    policy: Policy,
-    model_id: str,
-    keep_prompts: bool,
-) -> Decision:
-    """The Decision of one question from its candidates, plan and scores (``scores``:
-    Direct's then each scored candidate's likelihoods; None for a settled question), decided
-    by ``policy``: the Decision records it as the config values that apply it (``policy``,
-    and ``lambda_bind`` / ``tau`` where it has them, the config's otherwise)."""
+def assemble_decision(evidence: Evidence, *, config: TrustMarginConfig, policy: Policy
+                      ) -> Decision:
+    """The Decision of one question from its evidence, decided by ``policy``: the Decision
+    records it as the config values that apply it (``policy``, and ``lambda_bind`` / ``tau``
+    where it has them, the config's otherwise)."""
+    prepared, direct, options, compared = (evidence.prepared, evidence.direct,
+                                           evidence.options, evidence.compared)
+    plan, scores, timings = evidence.plan, evidence.scores, evidence.timings
+    model_id, keep_prompts = evidence.model_id, evidence.keep_prompts
     rule = config.model_copy(update=policy.setting)
     outcome = _outcome(plan, scores, len(options), policy, rule.lambda_bind)
     verdict = outcome.verdict
