@@ -51,6 +51,19 @@ def _sessions(monkeypatch: pytest.MonkeyPatch, tm: TrustMargin) -> list[int]:
     return opened
 
 
+def _arbiters_built(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the TrustMargin arbiters built from now on."""
+    built: list[int] = []
+    init = TrustMargin.__init__
+
+    def counted_init(self: TrustMargin, *args: Any, **kwargs: Any) -> None:
+        built.append(1)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(TrustMargin, "__init__", counted_init)
+    return built
+
+
 def _no_timings(decision: Any) -> dict[str, Any]:
     return decision.model_dump(exclude={"timings"})
 
@@ -85,14 +98,7 @@ def test_router_calls_under_different_policies_share_one_session(
     configs: list[Any] = [{"configurable": {"tau": 3.0}},
                           {"configurable": {"policy": "always_rag"}},
                           {"configurable": {"tau": -3.0, "lambda_bind": 1.5}}]
-    built: list[int] = []
-    init = TrustMargin.__init__
-
-    def counted_init(self: TrustMargin, *args: Any, **kwargs: Any) -> None:
-        built.append(1)
-        init(self, *args, **kwargs)
-
-    monkeypatch.setattr(TrustMargin, "__init__", counted_init)
+    built = _arbiters_built(monkeypatch)
     opened = _sessions(monkeypatch, tm)
     decisions = router.batch(CALLS, configs)
     assert len(opened) == 1 and not built  # one scoring pass, no arbiter rebuilt
@@ -168,14 +174,7 @@ def test_llama_index_arbiters_with_different_policies_share_one_tm(
 
     nodes = [NodeWithScore(node=TextNode(text=PASSAGES[0]), score=1.0)]
     call = CALLS[0]
-    built: list[int] = []
-    init = TrustMargin.__init__
-
-    def counted_init(self: TrustMargin, *args: Any, **kwargs: Any) -> None:
-        built.append(1)
-        init(self, *args, **kwargs)
-
-    monkeypatch.setattr(TrustMargin, "__init__", counted_init)
+    built = _arbiters_built(monkeypatch)
     direct = TrustMarginArbiter(tm, policy=Policy.always_direct())
     kept = direct.arbitrate(call["question"], call["direct_answer"], call["rag_answer"],
                             source_nodes=nodes).metadata["trustmargin"]
