@@ -44,7 +44,7 @@ from trustmargin_integrations.evaluation.learning_curve import (
 from trustmargin_integrations.evaluation.policy import PolicyTable
 from trustmargin_integrations.evaluation.policy_check import check_policy
 from trustmargin_integrations.evaluation.rundir import load_run
-from trustmargin_integrations.policies import Policy
+from trustmargin_integrations.rule import Policy
 from trustmargin_integrations.schema import Decision
 
 MIN_QUESTIONS = 50

@@ -18,8 +18,9 @@ from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.calibration import Calibration
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.datasets import load_examples
-from trustmargin_integrations.policies import POLICY_KINDS, Policy
+from trustmargin_integrations.evaluation.policy import POLICY_KINDS
 from trustmargin_integrations.prompts import PROMPT_VERSION
+from trustmargin_integrations.rule import Policy
 
 DEMO = Path(trustmargin_integrations.__file__).parent / "demo_data"
 
@@ -76,7 +77,7 @@ def test_check_runs_end_to_end_on_a_labeled_file(
     assert c.policy is not None and c.evidence is not None
     assert c.evidence["verdict"] in result.output and c.evidence["n"] == 4
     assert set(c.evidence["candidates"]) == set(POLICY_KINDS)
-    assert Policy(**c.evidence["chosen"]) == c.policy
+    assert Policy.of(**c.evidence["chosen"]) == c.policy
     calibrated = TrustMargin.calibrated(tm.backend, policy_file)
     assert Policy.from_setting(calibrated.config.policy, calibrated.config.lambda_bind,
                                calibrated.config.tau) == c.policy

@@ -21,7 +21,7 @@ from trustmargin_integrations.evaluation.report import build_report
 from trustmargin_integrations.evaluation.rundir import load_run, open_store, record_dataset
 from trustmargin_integrations.evaluation.runner import PrecomputedPassages, run_eval
 from trustmargin_integrations.retrieval.bm25 import BM25Index
-from trustmargin_integrations.schema import multi_candidate_answer
+from trustmargin_integrations.rule.replay import multi_candidate_answer
 
 PIPES = ("dtr", "ircot")
 PARAMS = {"dtr": {"threshold": 0.0, "k": 3}, "ircot": {"max_steps": 1, "k": 2}}

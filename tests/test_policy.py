@@ -1,4 +1,4 @@
-"""Policies (margins.py) and their selection from labeled questions (evaluation/policy*.py).
+"""Policies (the rule package) and their selection from labeled questions (evaluation/policy*.py).
 
 The labeled questions here are synthetic cached Decisions (the pattern of test_calibration.py):
 margins drawn at random and gold answers set so that RAG always wins, or so that a known rule
@@ -20,10 +20,10 @@ from trustmargin_integrations.evaluation import policy_check
 from trustmargin_integrations.evaluation.calibration import Problem, assign_folds
 from trustmargin_integrations.evaluation.diagnostics import Scored, score_decision
 from trustmargin_integrations.evaluation.learning_curve import curve_rows, curve_samples
-from trustmargin_integrations.evaluation.policy import PolicyTable, select_policy
+from trustmargin_integrations.evaluation.policy import POLICY_KINDS, PolicyTable, select_policy
 from trustmargin_integrations.evaluation.policy_check import PolicyCheckResult, check_policy
 from trustmargin_integrations.margins import Verdict, decide_among, settle_among
-from trustmargin_integrations.policies import POLICY_KINDS, Policy, apply_policy
+from trustmargin_integrations.policies import Policy, apply_policy
 from trustmargin_integrations.prompts import PROMPT_VERSION
 from trustmargin_integrations.schema import Decision
 
@@ -72,10 +72,10 @@ def _questions(n: int, seed: int, gold: str, settled_every: int = 0) -> list[Sco
     (lambda: Policy.bind_only(-math.inf), "policy.tau"),
     (lambda: Policy.prior_only(math.nan), "policy.tau"),
     (lambda: Policy.fitted(True, -1.0), "policy.lambda_bind"),
-    (lambda: Policy("bind_only", lambda_bind=0.5, tau=-1.0), "policy.lambda_bind"),
-    (lambda: Policy("always_rag", tau=0.0), "policy.tau"),
-    (lambda: Policy("paper", 0.4, -1.5), "policy"),
-    (lambda: Policy("sometimes_rag"), "policy.kind"),  # type: ignore[arg-type]
+    (lambda: Policy.of("bind_only", lambda_bind=0.5, tau=-1.0), "policy.lambda_bind"),
+    (lambda: Policy.of("always_rag", tau=0.0), "policy.tau"),
+    (lambda: Policy.of("paper", 0.4, -1.5), "policy"),
+    (lambda: Policy.of("sometimes_rag"), "policy.kind"),
 ])
 def test_bad_policies_are_refused_with_a_typed_error(make: object, field: str) -> None:
     with pytest.raises(InvalidInputError) as info:
@@ -86,10 +86,10 @@ def test_bad_policies_are_refused_with_a_typed_error(make: object, field: str) -
 def test_paper_policy_carries_the_paper_numbers_and_serialises() -> None:
     paper = Policy.paper()
     assert (paper.lambda_bind, paper.tau) == (0.5, -1.5)
-    assert Policy("paper", 0.5, -1.5) == paper
+    assert Policy.of("paper", 0.5, -1.5) == paper == Policy.of("rule", 0.5, -1.5)
     assert Policy.bind_only(-3).label == "M_bind > -3"
-    with pytest.raises(ValueError, match="applies no rule"):
-        Policy.always_rag().rule()
+    with pytest.raises(NotImplementedError, match="combines no margins"):
+        Policy.always_rag().margin(0.0, 0.0)
 
 
 # -- applying a policy ------------------------------------------------------------------------
@@ -99,7 +99,7 @@ def _by_hand(policy: Policy, margins: list[tuple[float, float] | None]) -> tuple
     """The policy's choice computed from its definition, without decide_among."""
     if policy.kind == "always_direct":
         return "direct", None
-    weight = {"paper": 0.5, "fitted": policy.lambda_bind}.get(policy.kind)
+    weight = policy.lambda_bind if policy.kind == "rule" else None
     scored = [(i, (p + weight * b) if weight is not None else (b if policy.kind == "bind_only"
                                                                  else p))
               for i, pair in enumerate(margins) if pair is not None for p, b in [pair]]
@@ -127,7 +127,7 @@ def test_every_policy_agrees_with_the_rule_by_hand(policy: Policy) -> None:
         assert out.paper == decide_among(margins, 0.5, -1.5)  # the audit's paper verdict
         assert out.agrees_with_paper == ((out.choice, out.candidate)
                                          == _by_hand(Policy.paper(), margins))
-        assert (out.rule is None) == (not policy.uses_margins)
+        assert out.reason.startswith("policy_always_") == (not policy.uses_margins)
 
 
 def test_settled_questions_keep_their_outcome_except_under_a_single_source() -> None:
@@ -193,7 +193,7 @@ def test_check_keeps_trustmargin_where_the_rule_wins() -> None:
     table = PolicyTable({"a": _questions(150, seed=3, gold="rule"),
                          "b": _questions(110, seed=4, gold="rule")})
     result = check_policy(table, resamples=1000, selection_resamples=500)
-    assert result.keeps_trustmargin and result.chosen.kind == "fitted"
+    assert result.keeps_trustmargin and result.chosen == result.candidates["fitted"].policy
     assert result.chosen.lambda_bind == pytest.approx(1.2, abs=0.31)
     assert result.rule_vs_fallback.low > 0
     assert result.verdict.startswith("Keep TrustMargin (fitted")

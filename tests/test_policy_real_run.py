@@ -18,7 +18,7 @@ from trustmargin_integrations.evaluation.diagnostics import method_scores, score
 from trustmargin_integrations.evaluation.policy import PolicyTable
 from trustmargin_integrations.evaluation.policy_check import PolicyCheckResult, check_policy
 from trustmargin_integrations.margins import SETTLED, Verdict
-from trustmargin_integrations.policies import apply_policy
+from trustmargin_integrations.policies import Policy, apply_policy
 
 QUESTIONS = ("q00", "q02", "q04", "q05", "q09", "q11", "q14", "q16")
 
@@ -61,7 +61,7 @@ def test_check_on_a_real_run_replays_the_arbiters_rule(tm: TrustMargin, tmp_path
             margins = [None] if settled else [(d.m_prior, d.m_bind)]
             verdict = apply_policy(policy, margins, settled)
             assert rag == (verdict.choice == "rag")
-            if policy.kind == "paper":
+            if policy == Policy.paper():
                 # The arbiter's own choice ("agree": both answers are the same text).
                 assert verdict.choice == d.replay()
                 assert d.source in (verdict.choice, "agree")

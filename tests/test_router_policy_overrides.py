@@ -39,10 +39,10 @@ def test_a_value_the_policy_ignores_is_refused_one_it_uses_applies(tm: TrustMarg
     assert err.value.field == "configurable.lambda_bind"
     # Values the policy uses still apply.
     one_margin = TrustMarginRouter(tm=_arbiter(tm, "bind_only"))
-    assert one_margin.arbiter({"configurable": {"tau": -3.0}}).config.tau == -3.0
+    assert one_margin.call_policy({"configurable": {"tau": -3.0}}).tau == -3.0
     rule = TrustMarginRouter(tm=_arbiter(tm, "rule"))
-    tuned = rule.arbiter({"configurable": {"tau": -50.0, "lambda_bind": 0.2}}).config
+    tuned = rule.call_policy({"configurable": {"tau": -50.0, "lambda_bind": 0.2}})
     assert (tuned.tau, tuned.lambda_bind) == (-50.0, 0.2)
     # The same value as the arbiter's own is no override at all.
     direct = TrustMarginRouter(tm=_arbiter(tm, "always_direct"))
-    assert direct.arbiter({"configurable": {"tau": -1.0}}) is direct.tm
+    assert direct.call_policy({"configurable": {"tau": -1.0}}) == direct.tm.config.decision_policy

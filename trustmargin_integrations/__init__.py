@@ -41,9 +41,10 @@ if TYPE_CHECKING:
         ModelLoadError,
         TrustMarginError,
     )
-    from trustmargin_integrations.margins import Margins, Verdict, compute_margins, decide, settle
+    from trustmargin_integrations.margins import decide
     from trustmargin_integrations.prompts import PROMPT_VERSION
     from trustmargin_integrations.retrieval import BM25Index, Retriever, load_corpus
+    from trustmargin_integrations.rule import Margins, Policy, Verdict, compute_margins, settle
     from trustmargin_integrations.schema import (
         ArbitrationInput,
         Decision,
@@ -61,8 +62,8 @@ _MODULE_OF = {
     "TrustMarginConfig": "config",
     "BackendError": "errors", "CacheCorruptError": "errors", "InvalidInputError": "errors",
     "ModelLoadError": "errors", "TrustMarginError": "errors",
-    "Margins": "margins", "Verdict": "margins", "compute_margins": "margins",
-    "decide": "margins", "settle": "margins",
+    "Margins": "rule", "Policy": "rule", "Verdict": "rule", "compute_margins": "rule",
+    "decide": "margins", "settle": "rule",
     "PROMPT_VERSION": "prompts",
     "BM25Index": "retrieval", "Retriever": "retrieval", "load_corpus": "retrieval",
     "ArbitrationInput": "schema", "Decision": "schema", "Passage": "schema",
@@ -85,6 +86,7 @@ __all__ = [
     "ModelLoadError",
     "Passage",
     "PassageRef",
+    "Policy",
     "Retriever",
     "Timings",
     "TrustMargin",

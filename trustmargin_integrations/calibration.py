@@ -29,7 +29,7 @@ from trustmargin_integrations import strict_json
 from trustmargin_integrations.config import ScoringForm, TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.files import write_text_atomic
-from trustmargin_integrations.policies import Policy
+from trustmargin_integrations.rule import Policy
 
 Objective = Literal["f1", "em"]
 """The mean a calibration maximizes."""

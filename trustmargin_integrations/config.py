@@ -7,11 +7,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.rule import PAPER_LAMBDA_BIND, PAPER_TAU, Policy, PolicyName
 
-PAPER_LAMBDA_BIND: float = 0.5
-"""The paper's weight of the evidence-binding margin (Section 4.3): the one place it is typed."""
-PAPER_TAU: float = -1.5
-"""The paper's decision threshold (Section 4.3): RAG is chosen iff M > tau."""
+__all__ = ["CHAT_MAX_NEW_TOKENS", "CHAT_MAX_NEW_TOKENS_LIMIT", "LAMBDA_BIND_LIMIT",
+           "PAPER_LAMBDA_BIND", "PAPER_TAU", "TAU_LIMIT", "DecisionPolicy", "LambdaBind",
+           "ScoringForm", "Tau", "TrustMarginConfig", "check_rule_value", "invalid_input",
+           "typed_error"]
 
 CHAT_MAX_NEW_TOKENS: int = 256
 """New tokens per answer of the LLM wrappers (LangChain ``LocalLLM`` / ``LocalChatModel``,
@@ -37,15 +38,10 @@ Tau = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-TAU_LIMIT, le
 LambdaBind = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0.0,
                                     le=LAMBDA_BIND_LIMIT,
                                     description="Weight of the evidence-binding margin.")]
-OneMarginPolicy = Literal["bind_only", "prior_only"]
-"""The rule with one margin only: ``M_bind > tau`` or ``M_prior > tau``."""
-SingleSourcePolicy = Literal["always_rag", "always_direct"]
-"""One source always, whatever the margins."""
-DecisionPolicy = Literal["rule", OneMarginPolicy, SingleSourcePolicy]
-"""Who decides a question the arbiter scores: ``"rule"`` (the paper's margin rule with the
-config's lambda_bind and tau, the default), one margin against tau, or one source always. The
-names of the one-margin and single-source policies are those of
-:data:`~trustmargin_integrations.policies.PolicyKind` (one definition, here)."""
+DecisionPolicy = PolicyName
+"""Who decides a question the arbiter scores: a name of
+:data:`~trustmargin_integrations.rule.POLICIES` (``"rule"``, the paper's margin rule with the
+config's lambda_bind and tau, is the default)."""
 
 ScoringForm = Literal["differential", "extract", "sentence"]
 """How a candidate a user's chain produced is compared (``TrustMarginConfig.scoring_form``)."""
@@ -98,7 +94,8 @@ class TrustMarginConfig(BaseModel):
     policy: DecisionPolicy = Field(
         "rule", description="Who decides a scored question: 'rule' (M > tau, the paper's "
                             "rule with lambda_bind and tau), 'bind_only' (M_bind > tau), "
-                            "'prior_only' (M_prior > tau), 'always_rag' or 'always_direct'. "
+                            "'prior_only' (M_prior > tau), 'weighted_bind' (lambda_bind * "
+                            "M_bind > tau), 'always_rag' or 'always_direct'. "
                             "Questions settled before scoring keep their outcome under every "
                             "policy; the margins are computed and recorded under every policy. "
                             "Chosen per domain by `trustmargin check`.")
@@ -150,6 +147,12 @@ class TrustMarginConfig(BaseModel):
             raise invalid_input(exc, _RULE_FIX if exc.errors()[0]["loc"][:1] in (
                 ("tau",), ("lambda_bind",)) else "pass a value of the documented type and "
                 "range (see TrustMarginConfig's fields)") from None
+
+    @property
+    def decision_policy(self) -> Policy:
+        """The policy the rule settings name (``policy`` with the ``lambda_bind`` / ``tau``
+        it takes): the arbiter's default policy, which a call may replace."""
+        return Policy.from_setting(self.policy, self.lambda_bind, self.tau)
 
     @classmethod
     def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> TrustMarginConfig:

@@ -8,21 +8,13 @@ write it as ``null``. Such a record is refused where it is built, never stored.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from trustmargin_integrations.config import DecisionPolicy, LambdaBind, Tau, check_rule_value
-from trustmargin_integrations.margins import (
-    SETTLED,
-    Choice,
-    Reason,
-    Variant,
-    decide_among,
-    settle_among,
-)
-from trustmargin_integrations.policies import Policy, apply_policy
+from trustmargin_integrations.rule import Choice, Policy, Reason
+from trustmargin_integrations.rule.replay import Variant, own_policy, replay_winner, variant_policy
 
 Source = Literal["direct", "rag", "agree"]
 CompareForm = Literal["paper", "differential", "extract", "sentence", "whole"]
@@ -308,10 +300,10 @@ class Decision(BaseModel):
         """Which RAG candidate is kept: its index in ``rag_candidates`` (0 for the one RAG
         answer of a pairwise decision), None for Direct.
 
-        With no argument, the decision's own policy replays through
-        :func:`~.policies.apply_policy`; with any argument, the margin rule
-        (:func:`~.margins.decide_among`) under those hyper-parameters, on the recorded
-        margins of every candidate (the calibration grid and the ablations).
+        With no argument, the decision's own policy replays; with any argument, the margin
+        rule (or the ablation ``variant`` names) under those hyper-parameters, on the
+        recorded margins of every candidate (the calibration grid and the ablations): both
+        through :func:`~trustmargin_integrations.rule.replay.replay_winner`.
 
         Raises:
             InvalidInputError: ``lambda_bind`` or ``tau`` is not a finite number within the
@@ -321,43 +313,15 @@ class Decision(BaseModel):
         lam = self.lambda_bind if lambda_bind is None else check_rule_value(
             "lambda_bind", lambda_bind)
         threshold = self.tau if tau is None else check_rule_value("tau", tau)
-        if own:
-            return self.replay_policy(Policy.from_setting(self.policy, self.lambda_bind,
-                                                          self.tau))
-        margins = self._recorded_margins()
-        if margins is None:
-            return self._settled_winner()
-        verdict = decide_among(margins, lam, threshold, variant)
-        return verdict.candidate if verdict.choice == "rag" else None
+        policy = own_policy(self) if own else variant_policy(lam, threshold, variant)
+        return replay_winner(self, policy)
 
     def replay_policy(self, policy: Policy) -> int | None:
         """Which RAG candidate ``policy`` keeps for this question (None for Direct), on the
         recorded margins: how a calibration file's or the domain check's policy would have
         decided. A decision settled before scoring keeps its outcome under every policy, as
         the arbiter keeps it (its RAG answer is blank or absent, or equals Direct)."""
-        margins = self._recorded_margins()
-        if margins is None:
-            return self._settled_winner()
-        return apply_policy(policy, margins).candidate
-
-    def _settled_winner(self) -> int | None:
-        return None if SETTLED[self.reason] == "direct" else (
-            self.winner if self.rag_candidates else 0)
-
-    def _recorded_margins(self) -> list[tuple[float, float] | None] | None:
-        """``(M_prior, M_bind)`` per RAG candidate; None for a decision settled before any
-        scoring (no evidence, a blank answer, equal answers)."""
-        if self.reason in SETTLED:
-            return None
-        if self.rag_candidates:
-            margins = [None if c.m_prior is None or c.m_bind is None else (c.m_prior, c.m_bind)
-                       for c in self.rag_candidates]
-        else:
-            margins = [None if self.m_prior is None or self.m_bind is None
-                       else (self.m_prior, self.m_bind)]
-        if all(pair is None for pair in margins):
-            raise ValueError(f"decision {self.id!r} has reason {self.reason!r} but no margins")
-        return margins
+        return replay_winner(self, policy)
 
     def replay_answer(
         self,
@@ -376,27 +340,3 @@ class Decision(BaseModel):
         """True when the final answer is the RAG candidate (equal answers count as RAG)."""
         return self.replay() == "rag"
 
-
-def multi_candidate_answer(decisions: Sequence[Decision]) -> str:
-    """The answer TrustMargin keeps among Direct and several RAG candidates, given one
-    pairwise decision per candidate (same question, Direct answer and passages).
-
-    Each candidate's likelihoods do not depend on the other candidates, so its pairwise
-    margins are the ones multi-candidate arbitration computes; the choice is made by the one
-    rule (:func:`~trustmargin_integrations.margins.settle_among`, then
-    :func:`~trustmargin_integrations.margins.decide_among`).
-    """
-    first = decisions[0]
-    blank = [d.reason in ("rag_answer_blank", "both_answers_blank") for d in decisions]
-    agree = [d.reason == "answers_agree" for d in decisions]
-    direct_blank = any(d.reason in ("direct_answer_blank", "both_answers_blank")
-                       for d in decisions)
-    verdict = settle_among(has_evidence=all(d.reason != "no_evidence" for d in decisions),
-                           direct_blank=direct_blank, rag_blank=blank, agree_unscored=agree)
-    if verdict is None:
-        margins = [(d.m_prior, d.m_bind) if d.m_prior is not None and d.m_bind is not None
-                   else (0.0, 0.0) if a else None for d, a in zip(decisions, agree, strict=True)]
-        verdict = decide_among(margins, first.lambda_bind, first.tau)
-    if verdict.choice == "direct" or verdict.candidate is None:
-        return first.direct_answer
-    return decisions[verdict.candidate].rag_answer

@@ -1,5 +1,5 @@
 """Decision assembly: the config's policy applied to a scored question's margins
-(:func:`~trustmargin_integrations.policies.apply_policy`, the paper's rule by default), then the
+(:func:`~trustmargin_integrations.rule.apply_policy`, the paper's rule by default), then the
 audit record (:class:`~trustmargin_integrations.schema.Decision`) with everything that led to
 it."""
 
@@ -13,10 +13,35 @@ from trustmargin_integrations.arbiter.plan import Plan
 from trustmargin_integrations.arbiter.preparation import PreparedQuestion
 from trustmargin_integrations.comparison import Span
 from trustmargin_integrations.config import TrustMarginConfig
-from trustmargin_integrations.margins import Margins, Verdict, compute_margins
-from trustmargin_integrations.policies import Policy, PolicyVerdict, apply_policy
 from trustmargin_integrations.prompts import PROMPT_VERSION
+from trustmargin_integrations.rule import (
+    Margins,
+    Policy,
+    Verdict,
+    apply_policy,
+    compute_margins,
+)
 from trustmargin_integrations.schema import Decision, RagCandidate, Timings, ViewLikelihoods
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What scoring one question leaves for a policy to decide on: its candidates and their
+    comparison with Direct, the plan (settled, or which candidates were scored), the six
+    likelihoods per scored pair (Direct's then each scored candidate's; None when settled)
+    and the provenance (model, timings, prompts). No field depends on a policy:
+    :func:`assemble_decision` turns it into a Decision under any policy, without the model.
+    """
+
+    prepared: PreparedQuestion
+    direct: Candidate
+    options: list[Candidate]
+    compared: list[Compared]
+    plan: Plan
+    scores: list[ViewLikelihoods] | None
+    timings: Timings
+    model_id: str
+    keep_prompts: bool
 
 
 @dataclass
@@ -33,8 +58,9 @@ class _Outcome:
 
 
 def _outcome(plan: Plan, scores: list[ViewLikelihoods] | None, n_options: int,
-             config: TrustMarginConfig) -> _Outcome:
-    """The settled verdict, or the config's policy over the scored candidates' margins.
+             policy: Policy, lambda_bind: float) -> _Outcome:
+    """The settled verdict, or ``policy`` over the scored candidates' margins (each
+    candidate's ``M`` recorded at ``lambda_bind``).
 
     A settled question keeps its outcome under every policy, single sources included
     (``apply_policy`` is not asked): there the RAG answer is blank or absent (no passage
@@ -50,28 +76,15 @@ def _outcome(plan: Plan, scores: list[ViewLikelihoods] | None, n_options: int,
     for j in plan.scored:
         d, r = plan.pairs[j]
         direct_of[j], likelihoods[j] = scores[d], scores[r]
-        margins[j] = compute_margins(scores[d], scores[r], config.lambda_bind)
+        margins[j] = compute_margins(scores[d], scores[r], lambda_bind)
     for j, earlier in plan.copies.items():
         direct_of[j] = direct_of[earlier]
         likelihoods[j], margins[j] = likelihoods[earlier], margins[earlier]
     for j in plan.agreeing:
         # Equal to Direct: the margins of identical answers, without scoring.
         margins[j] = Margins(0.0, 0.0, 0.0)
-    policy = Policy.from_setting(config.policy, config.lambda_bind, config.tau)
-    decided = apply_policy(policy, [None if m is None else (m.m_prior, m.m_bind)
-                                    for m in margins])
-    return _Outcome(_verdict_of(decided), decided.paper, direct_of, likelihoods, margins)
-
-
-def _verdict_of(decided: PolicyVerdict) -> Verdict:
-    """The deciding rule's verdict; for a single source, one whose reason names the policy
-    and whose candidate is the one the Decision describes (the kept one, or for
-    always-Direct the paper rule's best-margin one)."""
-    if decided.rule is not None:
-        return decided.rule
-    if decided.choice == "rag":
-        return Verdict("rag", "policy_always_rag", candidate=decided.candidate)
-    return Verdict("direct", "policy_always_direct", candidate=decided.paper.candidate)
+    decided = apply_policy(policy, margins)
+    return _Outcome(decided.rule, decided.paper, direct_of, likelihoods, margins)
 
 
 def _candidate_records(options: list[Candidate], compared: list[Compared],
@@ -106,22 +119,17 @@ def returned_text(candidate: Candidate, compared_text: str, config: TrustMarginC
 
 # Long only by the Decision's field list (one keyword per audit field, ~35): kept in one call
 # so that where every recorded number comes from is visible in one place.
-def assemble_decision(
-    prepared: PreparedQuestion,
-    direct: Candidate,
-    options: list[Candidate],
-    compared: list[Compared],
-    plan: Plan,
-    scores: list[ViewLikelihoods] | None,
-    timings: Timings,
-    *,
-    config: TrustMarginConfig,
-    model_id: str,
-    keep_prompts: bool,
-) -> Decision:
-    """The Decision of one question from its candidates, plan and scores (``scores``:
-    Direct's then each scored candidate's likelihoods; None for a settled question)."""
-    outcome = _outcome(plan, scores, len(options), config)
+def assemble_decision(evidence: Evidence, *, config: TrustMarginConfig, policy: Policy
+                      ) -> Decision:
+    """The Decision of one question from its evidence, decided by ``policy``: the Decision
+    records it as the config values that apply it (``policy``, and ``lambda_bind`` / ``tau``
+    where it has them, the config's otherwise)."""
+    prepared, direct, options, compared = (evidence.prepared, evidence.direct,
+                                           evidence.options, evidence.compared)
+    plan, scores, timings = evidence.plan, evidence.scores, evidence.timings
+    model_id, keep_prompts = evidence.model_id, evidence.keep_prompts
+    rule = config.model_copy(update=policy.setting)
+    outcome = _outcome(plan, scores, len(options), policy, rule.lambda_bind)
     verdict = outcome.verdict
     # The candidate the pairwise fields describe: the kept or best-margin one, else (a
     # settled verdict keeping Direct) the first non-blank one.
@@ -134,11 +142,11 @@ def assemble_decision(
     listed = valid.rag_candidates is not None
     records = _candidate_records(options, compared, outcome) if listed else []
     chosen = (rag, pair.rag_text) if verdict.choice == "rag" else (direct, pair.direct_text)
-    # The shown candidate's margins at the config's lambda_bind, whichever policy decided
+    # The shown candidate's margins at the recorded lambda_bind, whichever policy decided
     # (under the rule they are the verdict's own; a one-margin verdict carries M_bind or
     # M_prior as its M, and a single source none).
     margins = outcome.margins[shown]
-    audit = config.policy != "rule"
+    audit = rule.policy != "rule"
     paper = outcome.paper
     return Decision(
         id=valid.id,
@@ -160,8 +168,8 @@ def assemble_decision(
         m_prior=margins.m_prior if margins else None,
         m_bind=margins.m_bind if margins else None,
         m=margins.m if margins else None,
-        lambda_bind=config.lambda_bind,
-        tau=config.tau,
+        lambda_bind=rule.lambda_bind,
+        tau=rule.tau,
         passages_given=context.passages_given,
         passages_used=context.passages_used,
         passages=valid.refs[:context.passages_used],
@@ -175,7 +183,7 @@ def assemble_decision(
         metadata=valid.metadata,
         rag_candidates=records,
         winner=shown if listed and verdict.choice == "rag" else None,
-        policy=config.policy,
+        policy=rule.policy,
         paper_choice=paper.choice if audit else None,
         paper_winner=paper.candidate if audit and listed and paper.choice == "rag" else None,
     )

@@ -1,5 +1,5 @@
 """The plan: settle a question without the model when the rule allows it
-(:func:`~trustmargin_integrations.margins.settle_among`), else say which candidates need
+(:func:`~trustmargin_integrations.rule.settle_among`), else say which candidates need
 likelihoods, and the scoring requests that get them (all of a chunk in one session call)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from trustmargin_integrations.backends.base import (
     ContinuationScore,
     ModelSession,
 )
-from trustmargin_integrations.margins import Verdict, settle_among
+from trustmargin_integrations.rule import Verdict, settle_among
 from trustmargin_integrations.schema import ViewLikelihoods
 
 
@@ -26,7 +26,7 @@ class Plan:
     candidate whose text repeats an earlier one's to that one (same text, same prompts:
     the same likelihoods, so it is scored once and the earlier one wins the tie);
     ``agreeing`` are the unscored ones equal to Direct, which enter the rule with the
-    margins of identical answers (0; see :mod:`~trustmargin_integrations.margins`).
+    margins of identical answers (0; see :mod:`~trustmargin_integrations.rule.settled`).
     ``items`` is what the model scores (each side's pieces, each once) and ``pairs`` maps a
     scored candidate to the items of its Direct side and its own side: a generated pair
     shares one Direct item (the paper's scoring), a compared chat pair may score a part of

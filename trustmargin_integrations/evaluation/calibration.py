@@ -12,7 +12,7 @@ mean F1 (or EM) of ``Decision.replay(lambda_bind, tau)`` over a grid:
   ``|lambda - 0.5| + |tau + 1.5|``), then to the smaller lambda, then the smaller tau: with no
   evidence against them, the defaults stay.
 
-Every choice is made by ``Decision.replay`` (the one rule of :mod:`..margins`); the table of
+Every choice is made by the one rule (:class:`~trustmargin_integrations.rule.Rule`); the table of
 choices over the grid is built once per run and reused by every fold.
 
 :func:`cross_validate` estimates what calibration buys on unseen questions: k folds stratified
@@ -57,7 +57,7 @@ from trustmargin_integrations.evaluation.diagnostics import (
     DEFAULT_TAU,
     Scored,
 )
-from trustmargin_integrations.margins import SETTLED, combined_margin, overrides
+from trustmargin_integrations.rule import SETTLED, Rule
 
 LAMBDAS: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(21))
 """lambda_bind grid: 0, 0.1, ..., 2.0."""
@@ -116,8 +116,6 @@ class Problem:
             self.direct = np.array([s.em_direct for s in self.scored])
             self.rag_score = np.array([s.em_rag for s in self.scored])
         self.rag = np.empty((len(self.scored), len(self.lambdas), len(self.taus)), dtype=bool)
-        lams = np.asarray(self.lambdas)[:, None]
-        taus = np.asarray(self.taus)[None, :]
         for q, s in enumerate(self.scored):
             d = s.decision
             if d.reason in SETTLED or d.m_prior is None or d.m_bind is None:
@@ -125,9 +123,9 @@ class Problem:
                 # decision without margins, as it should).
                 self.rag[q] = d.replay() == "rag"
             else:
-                # The rule of margins.py on the whole grid at once (what Decision.replay
-                # computes cell by cell; test_calibration checks they agree).
-                self.rag[q] = overrides(combined_margin(d.m_prior, d.m_bind, lams), taus)
+                # The rule on the whole grid at once (what Decision.replay computes cell by
+                # cell; test_calibration checks they agree).
+                self.rag[q] = Rule.keeps_rag_grid(d.m_prior, d.m_bind, self.lambdas, self.taus)
 
     def __len__(self) -> int:
         return len(self.scored)

@@ -28,6 +28,7 @@ from trustmargin_integrations.evaluation.calibration import (
 from trustmargin_integrations.evaluation.policy import (
     DEFAULT_CRITERION,
     DEFAULT_FOLDS,
+    POLICY_KINDS,
     Criterion,
     PolicyTable,
 )
@@ -36,7 +37,7 @@ from trustmargin_integrations.evaluation.policy_check import (
     check_policy,
     require_questions,
 )
-from trustmargin_integrations.policies import POLICY_KINDS, Policy
+from trustmargin_integrations.rule import Policy
 
 
 def check_plan(datasets: Sequence[str], ids: Sequence[str], *, folds: int, holdout: float,

@@ -5,7 +5,7 @@ pure function of the cached likelihoods:
 
 * ``direct`` / ``rag``: always one source;
 * ``trustmargin``, ``no_prior`` (w/o M_prior), ``no_bind`` (w/o M_bind): the rule of
-  :mod:`trustmargin_integrations.margins`, replayed by ``Decision.replay``;
+  :mod:`trustmargin_integrations.rule`, replayed by ``Decision.replay``;
 * ``oracle``: the better candidate by the gold answer (max F1, max EM).
 
 Dataset averages follow the paper: the arithmetic mean of the per-dataset numbers.
@@ -21,7 +21,8 @@ from trustmargin_integrations.config import PAPER_LAMBDA_BIND, PAPER_TAU
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.metrics import exact_match, mean_x100, token_f1
 from trustmargin_integrations.evaluation.runner import EvalRecord, NoiseRecord
-from trustmargin_integrations.margins import Choice, Variant
+from trustmargin_integrations.rule import Choice
+from trustmargin_integrations.rule.replay import Variant
 from trustmargin_integrations.schema import Decision
 
 METHODS: tuple[str, ...] = ("direct", "rag", "trustmargin", "no_prior", "no_bind", "oracle")

@@ -29,10 +29,10 @@ from trustmargin_integrations.evaluation.policy import (
     DEFAULT_FOLDS,
     SELECTION_RESAMPLES,
     Criterion,
+    PolicyKind,
     PolicyTable,
     select_policy,
 )
-from trustmargin_integrations.policies import PolicyKind
 
 SIZES: tuple[int, ...] = (25, 50, 100, 200)
 DEFAULT_SEEDS = 200
@@ -106,7 +106,7 @@ def curve_samples(table: PolicyTable, dataset: str, sizes: Sequence[int] = SIZES
                                       resamples=resamples)
             scores = {kind: 100 * table.score(policy, rest)
                       for kind, policy in selection.policies.items()}
-            chosen = {c: selection.chosen(c).kind for c in CRITERIA}
+            chosen = {c: selection.chosen_kind(c) for c in CRITERIA}
             out.append(CurveSample(dataset, size, seed, tuple(sample), tuple(rest), chosen,
                                    scores))
     return out

@@ -1,6 +1,7 @@
 """Choosing a decision policy from a domain's labeled questions (cached decisions, no model).
 
-The candidates are the six :data:`~trustmargin_integrations.margins.POLICY_KINDS`: the paper's
+The candidates are the six :data:`POLICY_KINDS` (candidate names: ``paper`` and ``fitted`` are
+both the policy ``rule``, at the paper's and at fitted numbers): the paper's
 rule (0.5, -1.5), the rule with lambda_bind and tau fitted on the grid of
 :class:`~.calibration.Problem`, ``M_bind > tau`` and ``M_prior > tau`` with tau fitted on the
 same tau grid, always-RAG and always-Direct. The objective is the project's: mean F1 (or EM),
@@ -12,7 +13,7 @@ with several datasets the mean of the per-dataset means.
    candidate is fitted on k-1 folds and replayed on the held-out fold, so each candidate has
    one held-out score per question of ``L``;
 2. ``R`` = the best margin rule by that score (ties keep the simpler one, in
-   :data:`~.margins.RULE_KINDS` order);
+   :data:`RULE_KINDS` order);
 3. a paired bootstrap (grouped by dataset) of the held-out scores gives 95% intervals of
    ``Direct - RAG`` and of ``R - S``;
 4. the fallback ``S`` is plain RAG unless always-Direct beats it significantly (the lower
@@ -51,19 +52,23 @@ from typing import Literal
 
 import numpy as np
 
-from trustmargin_integrations.config import PAPER_LAMBDA_BIND, PAPER_TAU
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.bootstrap import Bootstrap, Difference, grouped_bootstrap
 from trustmargin_integrations.evaluation.calibration import Objective, Problem, assign_folds
 from trustmargin_integrations.evaluation.diagnostics import Scored
-from trustmargin_integrations.margins import SETTLED, combined_margin, overrides
-from trustmargin_integrations.policies import (
-    POLICY_KINDS,
-    RULE_KINDS,
-    SINGLE_SOURCE_KINDS,
-    Policy,
-    PolicyKind,
-)
+from trustmargin_integrations.rule import PAPER_LAMBDA_BIND, PAPER_TAU, SETTLED, Policy
+
+PolicyKind = Literal["paper", "fitted", "prior_only", "bind_only", "always_rag",
+                     "always_direct"]
+"""The domain check's candidates: the paper's rule (0.5, -1.5), the rule with fitted
+lambda_bind and tau, one margin against a threshold (``M_bind > tau``, ``M_prior > tau``), one
+source always. Names of candidates, not of policies: ``paper`` and ``fitted`` are both the
+policy ``rule``."""
+RULE_KINDS: tuple[PolicyKind, ...] = ("paper", "fitted", "prior_only", "bind_only")
+"""The candidates that apply a margin rule (simplest first: the order ties are broken in)."""
+SINGLE_SOURCE_KINDS: tuple[PolicyKind, ...] = ("always_rag", "always_direct")
+"""The candidates that ignore the margins (always-RAG first: a tie keeps plain RAG)."""
+POLICY_KINDS: tuple[PolicyKind, ...] = RULE_KINDS + SINGLE_SOURCE_KINDS
 
 Criterion = Literal["superior", "noninferior", "point"]
 """When the best rule is kept over the fallback single source (see the module docstring)."""
@@ -85,7 +90,7 @@ class PolicyTable:
 
     Built once per run; every fit and every selection on a subset reads it. The full rule's
     lambda x tau table is the calibration's :class:`Problem`; the one-margin rules get a
-    question x tau table here, from the same :func:`combined_margin` and :func:`overrides`.
+    question x tau table here, from the same :meth:`Policy.keeps_rag`.
     """
 
     def __init__(self, scored_by_dataset: Mapping[str, Sequence[Scored]],
@@ -123,22 +128,18 @@ class PolicyTable:
 
     def _rule_table(self, kind: PolicyKind, taus: np.ndarray) -> np.ndarray:
         """question x tau: does the one-margin rule keep RAG."""
-        lam, _, variant = Policy(kind, tau=0.0).rule()
-        margin = combined_margin(self.m_prior, self.m_bind, lam, variant)
-        scored = overrides(margin[:, None], taus[None, :])
-        return np.where(self.settled[:, None], self.settled_rag[:, None], scored)
+        table = Policy.of(kind, tau=0.0).keeps_rag_over(self.m_prior, self.m_bind, taus)
+        return np.where(self.settled[:, None], self.settled_rag[:, None], table)
 
     def chooses_rag(self, policy: Policy, index: Sequence[int]) -> np.ndarray:
-        """Per question of ``index``: does ``policy`` keep the RAG answer (vectorized
-        :func:`~.policies.apply_policy` on the cached margins)."""
+        """Per question of ``index``: does ``policy`` keep the RAG answer (the vectorised
+        :meth:`~trustmargin_integrations.rule.Policy.keeps_rag` on the cached margins; a
+        single source decides settled questions too, as plain RAG or Direct would)."""
         idx = np.asarray(index, dtype=int)
-        if policy.kind == "always_rag":
-            return np.ones(idx.size, dtype=bool)
-        if policy.kind == "always_direct":
-            return np.zeros(idx.size, dtype=bool)
-        lam, tau, variant = policy.rule()
-        margin = combined_margin(self.m_prior[idx], self.m_bind[idx], lam, variant)
-        return np.where(self.settled[idx], self.settled_rag[idx], overrides(margin, tau))
+        rag = policy.keeps_rag(self.m_prior[idx], self.m_bind[idx])
+        if not policy.uses_margins:
+            return rag
+        return np.where(self.settled[idx], self.settled_rag[idx], rag)
 
     def values(self, rag: np.ndarray, index: Sequence[int], metric: Metric | None = None
                ) -> np.ndarray:
@@ -233,10 +234,13 @@ class Selection:
         raise InvalidInputError("criterion", f"unknown criterion {criterion!r}",
                                 f"use one of {', '.join(CRITERIA)}")
 
+    def chosen_kind(self, criterion: Criterion = DEFAULT_CRITERION) -> PolicyKind:
+        """The chosen candidate's name."""
+        return self.best_rule if self.keeps_rule(criterion) else self.fallback
+
     def chosen(self, criterion: Criterion = DEFAULT_CRITERION) -> Policy:
         """The chosen policy, its numbers fitted on all of ``index``."""
-        kind = self.best_rule if self.keeps_rule(criterion) else self.fallback
-        return self.policies[kind]
+        return self.policies[self.chosen_kind(criterion)]
 
 
 def select_policy(table: PolicyTable, index: Sequence[int], *, folds: int = DEFAULT_FOLDS,

@@ -28,13 +28,14 @@ from trustmargin_integrations.evaluation.calibration import Objective, assign_fo
 from trustmargin_integrations.evaluation.policy import (
     DEFAULT_CRITERION,
     DEFAULT_FOLDS,
+    POLICY_KINDS,
     SELECTION_RESAMPLES,
     Criterion,
     PolicyTable,
     Selection,
     select_policy,
 )
-from trustmargin_integrations.policies import POLICY_KINDS, Policy
+from trustmargin_integrations.rule import Policy
 
 ENOUGH_QUESTIONS = SMALL_SAMPLE
 """Labeled questions per dataset below which the check warns that its choice is unreliable.

@@ -37,7 +37,6 @@ from trustmargin_integrations.langchain.router import (
     TrustMarginRouter,
     as_router,
     margins_payload,
-    settings_key,
 )
 from trustmargin_integrations.prompts import (
     QUESTION_CONTEXT_TEMPLATE,
@@ -52,7 +51,7 @@ class _CorePipeline(RunnableSerializable[str, Decision]):
     """The core's whole pipeline as one chain step: ``TrustMargin.answer_batch``.
 
     The scorer model retrieves, generates both candidates and arbitrates; a batch of
-    questions is one ``answer_batch`` call (per distinct tau/lambda_bind).
+    questions is one ``answer_batch`` call, each question decided by its config's policy.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -66,19 +65,12 @@ class _CorePipeline(RunnableSerializable[str, Decision]):
         return list(CONFIG_SPECS)
 
     def _run(self, questions: list[str], config: list[RunnableConfig]) -> list[Decision]:
-        out: list[Decision | None] = [None] * len(questions)
-        groups: dict[tuple[float, float], tuple[TrustMargin, RunnableConfig, list[int]]] = {}
-        for i, cfg in enumerate(config):
-            tm = self.router.arbiter(cfg)
-            groups.setdefault(settings_key(tm), (tm, cfg, []))[2].append(i)
-        for tm, cfg, rows in groups.values():
-            search: Retriever = (DocumentSearch(self.retriever, cfg)
-                                 if isinstance(self.retriever, Runnable) else self.retriever)
-            decisions = tm.answer_batch([questions[i] for i in rows], search, self.k,
-                                        include_prompts=self.router.include_prompts)
-            for i, decision in zip(rows, decisions, strict=True):
-                out[i] = decision
-        return [d for d in out if d is not None]
+        policies = [self.router.call_policy(cfg) for cfg in config]
+        search: Retriever = (DocumentSearch(self.retriever, config)
+                             if isinstance(self.retriever, Runnable) else self.retriever)
+        return self.router.tm.answer_batch(questions, search, self.k,
+                                           include_prompts=self.router.include_prompts,
+                                           policy=policies)
 
     def _report(self, questions: list[str], config: list[RunnableConfig]) -> list[Decision]:
         decisions = self._run(questions, config)

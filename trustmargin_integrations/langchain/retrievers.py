@@ -85,7 +85,8 @@ class DocumentSearch:
     documents of what the retriever returns.
     """
 
-    def __init__(self, runnable: Runnable[str, list[Document]], config: RunnableConfig) -> None:
+    def __init__(self, runnable: Runnable[str, list[Document]],
+                 config: RunnableConfig | list[RunnableConfig]) -> None:
         self.runnable = runnable
         self.config = config
 
@@ -94,7 +95,8 @@ class DocumentSearch:
         return self.search_batch([query], k)[0]
 
     def search_batch(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
-        """One ``runnable.batch`` call for all queries; a non-Document hit is refused."""
+        """One ``runnable.batch`` call for all queries (under one config, or one per query);
+        a non-Document hit is refused."""
         rows = self.runnable.batch(list(queries), self.config)
         return [[document_to_passage(d) for d in
                  check_documents(docs, f"retriever(questions[{i}])")[:k]]

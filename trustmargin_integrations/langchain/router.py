@@ -17,7 +17,7 @@ from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.langchain.decisions import Output, describe_decision, shape_output
 from trustmargin_integrations.langchain.inputs import TrustMarginInput, core_input, positional
-from trustmargin_integrations.policies import Policy
+from trustmargin_integrations.rule import Policy
 from trustmargin_integrations.schema import Decision
 from trustmargin_integrations.validation import TypedFields
 
@@ -34,10 +34,14 @@ CONFIG_SPECS = [
         id="lambda_bind", annotation=float | None, name="lambda_bind", default=None,
         description="Weight of the binding margin for this call (None: the router's "
                     "lambda_bind, else tm.config.lambda_bind)."),
+    ConfigurableFieldSpec(
+        id="policy", annotation=str | None, name="policy", default=None,
+        description="Who decides this call (a policy name such as 'rule', 'bind_only' or "
+                    "'always_rag'; None: the router's policy, else tm.config.policy)."),
 ]
 
 
-_TUNABLE = ("tau", "lambda_bind")
+_TUNABLE = ("policy", "tau", "lambda_bind")
 
 
 def margins_payload(decision: Decision) -> dict[str, Any]:
@@ -47,12 +51,18 @@ def margins_payload(decision: Decision) -> dict[str, Any]:
              "lambda_bind", "tau")}
 
 
-def _arbiter(tm: TrustMargin, config: RunnableConfig | None, defaults: Mapping[str, Any]
-             ) -> TrustMargin:
-    """``tm``, or a TrustMargin on the same backend with this call's tau / lambda_bind.
+def call_policy(tm: TrustMargin, config: RunnableConfig | None, defaults: Mapping[str, Any]
+                ) -> Policy:
+    """The policy a call with ``config`` decides by: ``tm.config``'s, with this call's
+    ``policy``, ``tau`` and ``lambda_bind``. The arbiter and its model are the same for every
+    call (no likelihood depends on these settings).
 
     Precedence: ``config["configurable"]``, then the router's own fields (``defaults``),
     then ``tm.config``.
+
+    Raises:
+        InvalidInputError: a value out of bounds, an unknown policy, or a number the
+            call's policy never consults.
     """
     configurable = (config or {}).get("configurable") or {}
     update = {}
@@ -61,24 +71,23 @@ def _arbiter(tm: TrustMargin, config: RunnableConfig | None, defaults: Mapping[s
         if value is not None and value != getattr(tm.config, key):
             update[key] = value
     if not update:
-        return tm
-    # A value the arbiter's policy never consults (tau under always-Direct, lambda_bind
-    # under a one-margin rule) would be recorded in the Decision as if it had decided.
-    policy = Policy.from_setting(tm.config.policy, tm.config.lambda_bind, tm.config.tau)
-    for key in update:
-        if key not in policy.setting:
-            field = f"configurable.{key}" if configurable.get(key) is not None else key
-            raise InvalidInputError(field, f"is ignored by the arbiter's policy "
-                                    f"{policy.label!r}, which does not use {key} (the "
-                                    f"Decision would record {key}={update[key]!r} while the "
-                                    "policy decided)", f"drop {key}, or use an arbiter whose "
-                                    "policy is the margin rule (config policy='rule')")
+        return tm.config.decision_policy
     try:
         # model_validate, not model_copy(update=...): a NaN tau must be refused, not applied.
         cfg = TrustMarginConfig.model_validate({**tm.config.model_dump(), **update})
     except InvalidInputError as exc:
         raise InvalidInputError(f"configurable.{exc.field}", exc.problem, exc.fix) from None
-    return TrustMargin(tm.backend, cfg)
+    policy = cfg.decision_policy
+    # A value the policy never consults (tau under always-Direct, lambda_bind under a
+    # one-margin rule) would be recorded in the Decision as if it had decided.
+    for key in update:
+        if key != "policy" and key not in policy.numbers:
+            field = f"configurable.{key}" if configurable.get(key) is not None else key
+            raise InvalidInputError(field, f"is ignored by the policy {policy.label!r}, which "
+                                    f"does not use {key} (the Decision would record "
+                                    f"{key}={update[key]!r} while the policy decided)",
+                                    f"drop {key}, or use the margin rule (policy='rule')")
+    return policy
 
 
 def as_router(value: Any, field: str = "tm") -> TrustMarginRouter:
@@ -93,11 +102,6 @@ def as_router(value: Any, field: str = "tm") -> TrustMarginRouter:
                             "TrustMarginRouter around one)")
 
 
-def settings_key(tm: TrustMargin) -> tuple[float, float]:
-    """The hyper-parameters a batch is grouped by (one scorer call per distinct pair)."""
-    return tm.config.tau, tm.config.lambda_bind
-
-
 class TrustMarginRouter(TypedFields, RunnableSerializable[TrustMarginInput, "Decision | str"]):
     """Route between a closed-book and a RAG answer with TrustMargin.
 
@@ -110,14 +114,15 @@ class TrustMarginRouter(TypedFields, RunnableSerializable[TrustMarginInput, "Dec
     ``... | router | StrOutputParser()`` works; ``as_tool()`` returns that text with one line
     on how it was chosen.
 
-    Per call, ``router.with_config(configurable={"tau": -0.5, "lambda_bind": 1.0})`` changes
-    the rule's hyper-parameters (recorded in the Decision); the router's own ``tau`` /
-    ``lambda_bind`` fields set its defaults. Both fall back to ``tm.config``.
+    Per call, ``router.with_config(configurable={"tau": -0.5, "lambda_bind": 1.0})`` (or
+    ``{"policy": "bind_only", "tau": -3.0}``) changes the policy that decides (recorded in
+    the Decision); the router's own ``policy`` / ``tau`` / ``lambda_bind`` fields set its
+    defaults. All fall back to ``tm.config``. The arbiter is never rebuilt for them.
 
     ``batch``/``abatch`` send all valid inputs to the scorer in one
-    ``TrustMargin.arbitrate_batch`` call (one per distinct tau/lambda_bind when the configs
-    differ). Each input still gets its own traced run whose output is its Decision, and a
-    :data:`MARGINS_EVENT` custom event with its margins.
+    ``TrustMargin.arbitrate_batch`` call, whatever policy each input's config names (no
+    likelihood depends on it). Each input still gets its own traced run whose output is its
+    Decision, and a :data:`MARGINS_EVENT` custom event with its margins.
 
     The arbiter comes first, positionally or by name (``TrustMarginRouter(tm)``); the other
     fields are keywords. A bad argument is an ``InvalidInputError`` naming it.
@@ -133,6 +138,8 @@ class TrustMarginRouter(TypedFields, RunnableSerializable[TrustMarginInput, "Dec
     tm: TrustMargin = Field(description="The arbiter; its backend is the scorer model.")
     include_prompts: bool | None = Field(
         None, description="Attach rendered prompts to each Decision (None: tm.config's value).")
+    policy: str | None = Field(
+        None, description="Who decides (a policy name; None: tm.config.policy).")
     tau: float | None = Field(
         None, allow_inf_nan=False, description="Threshold (None: tm.config.tau).")
     lambda_bind: float | None = Field(
@@ -170,38 +177,39 @@ class TrustMarginRouter(TypedFields, RunnableSerializable[TrustMarginInput, "Dec
 
     @property
     def config_specs(self) -> list[ConfigurableFieldSpec]:
-        """``tau`` and ``lambda_bind``, settable per call under ``configurable``."""
+        """``policy``, ``tau`` and ``lambda_bind``, settable per call under ``configurable``."""
         return list(CONFIG_SPECS)
 
-    def arbiter(self, config: RunnableConfig | None = None) -> TrustMargin:
-        """The TrustMargin a call with ``config`` uses (same backend, its tau/lambda_bind)."""
-        return _arbiter(self.tm, config, {"tau": self.tau, "lambda_bind": self.lambda_bind})
+    def call_policy(self, config: RunnableConfig | None = None) -> Policy:
+        """The policy a call with ``config`` decides by (:func:`call_policy`)."""
+        return call_policy(self.tm, config, {"policy": self.policy, "tau": self.tau,
+                                             "lambda_bind": self.lambda_bind})
 
     # -- core call: raw inputs -> Decisions or per-input errors ------------------------------
 
     def _decide(self, values: list[Any], configs: list[RunnableConfig], *, fail_fast: bool,
                 batched: bool) -> list[Decision | Exception]:
         out: list[Decision | Exception | None] = [None] * len(values)
-        groups: dict[tuple[float, float], tuple[TrustMargin, list[tuple[int, PreparedQuestion]]]]
-        groups = {}
+        ready: list[tuple[int, PreparedQuestion, Policy]] = []
         for i, (value, config) in enumerate(zip(values, configs, strict=True)):
             where = f"inputs[{i}]" if batched else None
             try:
-                tm = self.arbiter(config)
+                policy = self.call_policy(config)
                 item, names = core_input(value, where)
                 # The core validates (and prepares) here, with the user's names and the
                 # input's own batch position; arbitrate_batch takes the prepared question.
-                prepared = tm.prepare(item, where=where, names=names)
+                prepared = self.tm.prepare(item, where=where, names=names)
             except InvalidInputError as exc:
                 if fail_fast:
                     raise
                 out[i] = exc
                 continue
-            groups.setdefault(settings_key(tm), (tm, []))[1].append((i, prepared))
-        for tm, ready in groups.values():
-            decisions = tm.arbitrate_batch([item for _, item in ready],
-                                           include_prompts=self.include_prompts)
-            for (i, _), decision in zip(ready, decisions, strict=True):
+            ready.append((i, prepared, policy))
+        if ready:
+            decisions = self.tm.arbitrate_batch([item for _, item, _ in ready],
+                                                include_prompts=self.include_prompts,
+                                                policy=[policy for _, _, policy in ready])
+            for (i, _, _), decision in zip(ready, decisions, strict=True):
                 out[i] = decision
         return [cast("Decision | Exception", o) for o in out]
 

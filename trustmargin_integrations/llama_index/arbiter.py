@@ -21,6 +21,7 @@ from trustmargin_integrations.arbiter import PreparedQuestion, TrustMargin
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.llama_index.nodes import node_ref, node_to_passage
 from trustmargin_integrations.llama_index.responses import aresolve, resolve
+from trustmargin_integrations.rule import Policy
 from trustmargin_integrations.schema import Decision
 from trustmargin_integrations.sides import chosen_side
 
@@ -162,11 +163,19 @@ class TrustMarginArbiter:
     Args:
         tm: the arbiter; its backend is the scorer model.
         include_prompts: attach rendered prompts to the Decision (None: ``tm.config``).
+        policy: who decides (None: ``tm.config``'s policy); an ``arbitrate`` call may name
+            its own. Several arbiters with different policies share one ``tm``: no
+            likelihood depends on the policy.
     """
 
-    def __init__(self, tm: TrustMargin, *, include_prompts: bool | None = None) -> None:
+    def __init__(self, tm: TrustMargin, *, include_prompts: bool | None = None,
+                 policy: Policy | None = None) -> None:
         self.tm = check_arbiter(tm)
         self.include_prompts = include_prompts
+        if policy is not None and not isinstance(policy, Policy):
+            raise InvalidInputError("policy", f"a {type(policy).__name__} is not a policy",
+                                    "pass a Policy (e.g. Policy.fitted(0.5, -1.0)) or None")
+        self.policy = policy
 
     def _refuse_node_postprocessor_role(self, _value: Any) -> None:
         raise InvalidInputError(
@@ -203,8 +212,9 @@ class TrustMarginArbiter:
                                                 "direct_answer": "direct", "rag_answer": "rag"})
         return prepared, rag_response
 
-    def _decide(self, prepared: PreparedQuestion) -> Decision:
-        return self.tm.arbitrate_batch([prepared], include_prompts=self.include_prompts)[0]
+    def _decide(self, prepared: PreparedQuestion, policy: Policy | None = None) -> Decision:
+        return self.tm.arbitrate_batch([prepared], include_prompts=self.include_prompts,
+                                       policy=policy or self.policy)[0]
 
     @staticmethod
     def _result(decision: Decision, rag: Response) -> Response:
@@ -222,6 +232,7 @@ class TrustMarginArbiter:
         *,
         source_nodes: Sequence[NodeWithScore] | None = None,
         metadata: Mapping[str, Any] | None = None,
+        policy: Policy | None = None,
     ) -> Response:
         """Arbitrate and return the chosen answer as a ``Response``.
 
@@ -235,6 +246,8 @@ class TrustMarginArbiter:
                 closed-book answer is kept).
             metadata: JSON data copied to the Decision's ``metadata`` (the audit record),
                 e.g. what the inner engine did.
+            policy: who decides this call (None: the arbiter's policy); the model runs the
+                same either way.
 
         Raises:
             InvalidInputError: naming the argument (``query``, ``direct``, ``rag``,
@@ -242,7 +255,7 @@ class TrustMarginArbiter:
         """
         item, rag_response = self._prepare(query, resolve(direct, "direct"),
                                            resolve(rag, "rag"), source_nodes, metadata)
-        return self._result(self._decide(item), rag_response)
+        return self._result(self._decide(item, policy), rag_response)
 
     @dispatcher.span
     async def aarbitrate(
@@ -253,10 +266,11 @@ class TrustMarginArbiter:
         *,
         source_nodes: Sequence[NodeWithScore] | None = None,
         metadata: Mapping[str, Any] | None = None,
+        policy: Policy | None = None,
     ) -> Response:
         """Async :meth:`arbitrate` (also takes ``AsyncStreamingResponse``); scoring runs in a
         worker thread so the event loop stays free."""
         item, rag_response = self._prepare(query, await aresolve(direct, "direct"),
                                            await aresolve(rag, "rag"), source_nodes, metadata)
-        decision = await asyncio.to_thread(self._decide, item)
+        decision = await asyncio.to_thread(self._decide, item, policy)
         return self._result(decision, rag_response)

@@ -27,8 +27,8 @@ from trustmargin_integrations.evaluation.report.formatting import (
     metric_boots,
 )
 from trustmargin_integrations.evaluation.report.view import RunView, Section
-from trustmargin_integrations.policies import Policy
 from trustmargin_integrations.prompts import PROMPT_VERSION
+from trustmargin_integrations.rule import Policy
 
 CALIBRATED_METHODS = ("direct", "rag", "default", "calibrated", "oracle")
 CALIBRATED_COMPARISONS = [("calibrated", "default"), ("calibrated", BEST_SINGLE)]

@@ -22,7 +22,8 @@ from trustmargin_integrations.evaluation.report.formatting import (
 )
 from trustmargin_integrations.evaluation.report.view import RunView, Section
 from trustmargin_integrations.evaluation.rundir import DatasetRun
-from trustmargin_integrations.schema import Decision, multi_candidate_answer
+from trustmargin_integrations.rule.replay import multi_candidate_answer
+from trustmargin_integrations.schema import Decision
 
 PIPELINE_LABELS = {"bm25": "BM25-RAG", "ircot": "IRCoT", "flare": "FLARE",
                    "clehe": "CLeHe-RAG", "dtr": "DTR-RAG"}

@@ -1,0 +1,100 @@
+"""Questions decided before scoring: no passage, blank answers, answers that agree.
+
+With several RAG candidates (see :mod:`.policies` for the scored rule):
+
+* no passage entered the context: Direct (``no_evidence``), whatever the candidates;
+* a blank candidate (no scorable token) cannot win: it gets no likelihoods and no margins;
+  when every candidate is blank Direct is kept (``rag_answer_blank``, or
+  ``both_answers_blank`` when Direct is blank too);
+* a candidate whose text (after cleaning) repeats an earlier candidate's exactly is scored
+  once: the same text under the same prompts has the same likelihoods, and the tie rule
+  keeps the earlier one;
+* a blank Direct has no likelihood, so no margin exists: the first non-blank candidate in
+  the caller's list is kept (``direct_answer_blank``), the list order being the caller's
+  preference, as it is for ties;
+* a candidate that normalizes equal to Direct *is* Direct's answer. When every non-blank
+  candidate does, nothing is scored (``answers_agree``, the first of them is kept, as the
+  pairwise rule keeps the RAG side of equal answers). When only some do, those are not
+  scored but enter the rule with ``M = 0``, the margins of identical answers. Dropping them
+  instead would change the outcome whenever ``tau < 0``: a candidate j with
+  ``tau < M_j < 0`` loses pairwise to an equal-to-Direct candidate, yet would win if that
+  candidate were left out.
+
+No policy changes a settled outcome: it is kept under every policy, single sources included
+(their RAG answer would be blank or absent, or equal to Direct).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from trustmargin_integrations.rule.verdict import Choice, Reason, Verdict
+
+SETTLED: dict[Reason, Choice] = {
+    "both_answers_blank": "direct",
+    "rag_answer_blank": "direct",
+    "direct_answer_blank": "rag",
+    "answers_agree": "rag",
+    "no_evidence": "direct",
+}
+"""Outcomes that no policy can change: they are decided before scoring."""
+
+
+def settle_among(
+    *,
+    has_evidence: bool,
+    direct_blank: bool,
+    rag_blank: Sequence[bool],
+    agree_unscored: Sequence[bool],
+) -> Verdict | None:
+    """Decide without likelihoods when no margin can matter; None means "score it".
+
+    The rules and their reasons are in the module docstring. A kept candidate's index is
+    the verdict's ``candidate``.
+
+    Args:
+        has_evidence: at least one passage entered the context.
+        direct_blank: the Direct answer has no scorable token.
+        rag_blank: per RAG candidate, it has no scorable token.
+        agree_unscored: per RAG candidate, it normalizes equal to Direct and scoring it is
+            skipped.
+    """
+    if len(rag_blank) != len(agree_unscored):
+        raise ValueError("rag_blank and agree_unscored need one entry per candidate")
+    usable = [i for i, blank in enumerate(rag_blank) if not blank]
+    reason: Reason | None = None
+    if not has_evidence:
+        reason = "no_evidence"
+    elif not usable:
+        reason = "both_answers_blank" if direct_blank else "rag_answer_blank"
+    elif direct_blank:
+        reason = "direct_answer_blank"
+    elif all(agree_unscored[i] for i in usable):
+        reason = "answers_agree"
+    if reason is None:
+        return None
+    choice = SETTLED[reason]
+    return Verdict(choice, reason, candidate=usable[0] if choice == "rag" else None)
+
+
+def settle(
+    *, has_evidence: bool, direct_blank: bool, rag_blank: bool, agree_unscored: bool
+) -> Verdict | None:
+    """Decide without likelihoods when the margins cannot matter; None means "score it".
+
+    The one-candidate case of :func:`settle_among`.
+
+    Args:
+        has_evidence: at least one passage was retrieved.
+        direct_blank: the Direct answer has no scorable token.
+        rag_blank: the RAG answer has no scorable token.
+        agree_unscored: both answers normalize equal and scoring them was skipped.
+    """
+    return settle_among(has_evidence=has_evidence, direct_blank=direct_blank,
+                        rag_blank=[rag_blank], agree_unscored=[agree_unscored])
+
+
+def settled_kept(reason: str, winner: int | None) -> int | None:
+    """The RAG candidate a settled outcome keeps (``winner``: the recorded kept one, 0 for
+    a pairwise question), None when it keeps Direct."""
+    return None if SETTLED[reason] == "direct" else winner  # type: ignore[index]
