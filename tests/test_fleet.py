@@ -31,6 +31,7 @@ from trustmargin_integrations.backends.openai_compat import OpenAICompatBackend,
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import (
     BackendError,
+    InvalidInputError,
     MixedFleetError,
     ServerUnavailableError,
 )
@@ -202,3 +203,19 @@ def test_a_refused_request_stops_the_call_without_retiring_anyone(
             fleet.score_continuations(REQUESTS[:2])
     assert not isinstance(refused.value, ServerUnavailableError)
     assert fleet.retired == {}
+
+
+def test_a_fleet_that_cannot_work_is_a_typed_error_before_any_request(tokenizer: Any) -> None:
+    # Nothing listens on these ports: building members and the fleet sends no request.
+    one, two = member("http://127.0.0.1:9", tokenizer), member("http://127.0.0.1:11", tokenizer)
+    for backends, in_flight, field in (([], 2, "backends"), ("http://127.0.0.1:9", 2,
+                                                             "backends"),
+                                       ([one, "http://127.0.0.1:11"], 2, "backends[1]"),
+                                       ([one, member("http://127.0.0.1:9", tokenizer)], 2,
+                                        "backends[1]"),
+                                       ([one, two], 0, "in_flight"),
+                                       ([one, two], True, "in_flight")):
+        with pytest.raises(InvalidInputError) as bad:
+            Fleet(backends, in_flight=in_flight)
+        assert bad.value.field == field, (backends, in_flight)
+    assert one.requests_sent == two.requests_sent == 0
