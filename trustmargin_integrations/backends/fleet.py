@@ -59,6 +59,7 @@ from trustmargin_integrations.errors import (
     ServerUnavailableError,
 )
 from trustmargin_integrations.urls import redact_url
+from trustmargin_integrations.validation import check_items
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +114,9 @@ class Fleet:
 
     def __init__(self, backends: Sequence[Backend], in_flight: int = 4, *,
                  probe_tolerance: float = PROBE_TOLERANCE) -> None:
-        members = _checked_members(backends)
+        members: list[Backend] = check_items(
+            backends, "backends", Backend, what="backends", empty_fix="give at least one backend",
+            item_fix="pass backends such as OpenAICompatBackend, one per server")
         if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
             raise InvalidInputError("in_flight", f"must be a whole number >= 1, got "
                                     f"{in_flight!r}", "allow at least one request in flight "
@@ -316,19 +319,6 @@ class Fleet:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _checked_members(backends: Any) -> list[Backend]:
-    if isinstance(backends, (str, bytes)) or not isinstance(backends, Sequence):
-        raise InvalidInputError("backends", f"must be a list of backends, got "
-                                f"{type(backends).__name__}", "pass e.g. [backend_a, backend_b]")
-    if not backends:
-        raise InvalidInputError("backends", "is empty", "give at least one backend")
-    for index, member in enumerate(backends):
-        if not isinstance(member, Backend):
-            raise InvalidInputError(f"backends[{index}]", f"is a {type(member).__name__}, not "
-                                    "a Backend", "pass backends such as OpenAICompatBackend")
-    return list(backends)
 
 
 def _refuse_same_server_twice(names: Sequence[str]) -> None:
