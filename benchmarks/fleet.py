@@ -68,8 +68,8 @@ def run(args: argparse.Namespace) -> None:
     print(f"  local: {local_s:.1f} s", file=sys.stderr, flush=True)
     threads = cpu_threads(local_backend.device)
     rows: list[tuple[str, int | str, float, str, int, str]] = [
-        (f"local transformers (fp32, {threads} thread(s))", "-", local_s, "-", len(questions),
-         f"{began} -> {load()}")]
+        (f"local transformers (fp32, {threads} thread{'s' * (threads != 1)})", "-", local_s,
+         "-", len(questions), f"{began} -> {load()}")]
     gguf = REGISTRY[MODEL].locate()
     first: list[Decision] | None = None
     with ExitStack() as stack:
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> None:
                 began = load()
                 seconds, decisions = timed(TrustMargin(fleet, config), questions)
                 first = first or decisions
-                rows.append((f"{count} llama.cpp server(s)", in_flight, seconds,
+                rows.append((f"{count} llama.cpp server{'s' * (count > 1)}", in_flight, seconds,
                              f"{same_sources(decisions, first)}/{len(questions)}",
                              same_sources(decisions, reference), f"{began} -> {load()}"))
                 print(f"  {count} server(s), {in_flight} in flight: {seconds:.1f} s",
