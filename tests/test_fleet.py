@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -118,13 +119,18 @@ def test_two_servers_with_four_in_flight_answer_exactly_as_one_server(
 
     proxies = [Proxy(first.url), Proxy(second.url)]
     with FaultServer(proxies[0]) as front_a, FaultServer(proxies[1]) as front_b, \
-            Fleet([member(front_a.url, tokenizer), member(front_b.url, tokenizer)],
-                  in_flight=4) as fleet:
+            Fleet([member(front_a.url, tokenizer, max_concurrency=8),
+                   member(front_b.url, tokenizer, max_concurrency=8)], in_flight=4) as fleet:
         spread = TrustMargin(fleet, config)
         got, = spread.arbitrate_batch([question])
-        # Both servers did real work (the probe, then a share of the rest), never more
-        # than four requests at a time each.
+        # Both servers did real work (the probe, then a share of the rest).
         assert all(count > 1 for count in fleet.answered().values()), fleet.answered()
+        # Two callers at once (16 requests, each call's pool as large as the fleet's slots,
+        # each member's connection pool twice in_flight): still never more than four
+        # requests at a time on a server.
+        with ThreadPoolExecutor(max_workers=2) as callers:
+            both = list(callers.map(fleet.score_continuations, [REQUESTS * 2] * 2))
+        assert both[0] == both[1] and both[0][:4] == both[0][4:]
         assert all(1 < proxy.peak <= 4 for proxy in proxies), [p.peak for p in proxies]
     assert got.model_dump(exclude={"timings"}) == ref.model_dump(exclude={"timings"})
     # The evaluation's cache key is a single server's: a run resumes on either.
