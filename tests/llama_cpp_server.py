@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,8 @@ class LlamaCppServer:
         logits_all: keep logits of every prompt token; without it the server cannot echo
             prompt log-probabilities.
         startup_timeout_s: how long to wait for the server to answer.
+        extra_args: more command-line options of ``llama_cpp.server`` (e.g.
+            ``["--rope_freq_base", "5000"]``: the same file served as another model).
 
     Example:
         >>> with LlamaCppServer("model.gguf") as server:  # doctest: +SKIP
@@ -56,6 +59,7 @@ class LlamaCppServer:
         n_threads: int | None = None,
         logits_all: bool = True,
         startup_timeout_s: float = 120.0,
+        extra_args: Sequence[str] = (),
     ) -> None:
         path = Path(model_path)
         if not path.is_file():
@@ -68,6 +72,7 @@ class LlamaCppServer:
         self.n_threads = n_threads or os.cpu_count() or 1
         self.logits_all = logits_all
         self.startup_timeout_s = startup_timeout_s
+        self.extra_args = list(extra_args)
         self.url = f"http://127.0.0.1:{self.port}"
         self._process: subprocess.Popen[bytes] | None = None
         self._log: Any = None
@@ -87,6 +92,7 @@ class LlamaCppServer:
             "--n_ctx", str(self.n_ctx), "--n_threads", str(self.n_threads),
             "--n_threads_batch", str(self.n_threads),
             "--logits_all", "true" if self.logits_all else "false", "--verbose", "false",
+            *self.extra_args,
         ]
         self._process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + self.startup_timeout_s

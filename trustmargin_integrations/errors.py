@@ -48,3 +48,18 @@ class MissingExtraError(TrustMarginError, ImportError):
         super().__init__(
             f"{feature} needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
             f"not installed. Fix: pip install 'trustmargin-integrations[{extra}]'{alternative}")
+
+
+class ServerUnavailableError(BackendError):
+    """A model server could not be reached or did not answer in time, every retry and
+    bounded wait spent (down, refusing connections, timing out, or answering 429/5xx
+    throughout). A :class:`~trustmargin_integrations.backends.fleet.Fleet` sends such a
+    server's requests to its other members; any other :class:`BackendError` (a refused
+    request, an answer that fails its checks) is the request's or the server's fault and
+    stops the call."""
+
+
+class MixedFleetError(InvalidInputError):
+    """The members of a serving fleet do not serve the same model (different model ids,
+    tokenizers, context windows or numbers on the same probe), so which member answered
+    would change the results."""

@@ -256,6 +256,23 @@ def check_question(value: Any, field_name: str = "question",
     return text
 
 
+def check_items(value: Any, field_name: str, kind: type, *, what: str, empty_fix: str,
+                item_fix: str) -> list[Any]:
+    """``value`` as a list when it is a non-empty sequence (not a text) of ``kind`` objects;
+    ``what`` names them in the errors, which name ``field_name`` or the first wrong item
+    (``field_name[i]``) and give ``empty_fix`` or ``item_fix``."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise InvalidInputError(field_name, f"must be a list of {what}, got a "
+                                f"{type(value).__name__}", item_fix)
+    if not value:
+        raise InvalidInputError(field_name, "is empty", empty_fix)
+    for index, item in enumerate(value):
+        if not isinstance(item, kind):
+            raise InvalidInputError(f"{field_name}[{index}]", f"is a {type(item).__name__}, "
+                                    f"not a {kind.__name__}", item_fix)
+    return list(value)
+
+
 def check_retriever(value: Any, field_name: str = "retriever") -> Any:
     """A retriever: any object with a callable ``search(query, k)`` (returned unchanged)."""
     if not callable(getattr(value, "search", None)):

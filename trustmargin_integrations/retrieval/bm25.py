@@ -18,7 +18,7 @@ from trustmargin_integrations import strict_json
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.files import write_text_atomic
 from trustmargin_integrations.schema import Passage
-from trustmargin_integrations.validation import check_k, check_queries
+from trustmargin_integrations.validation import check_items, check_k, check_queries
 
 _META = "trustmargin_passages.json"
 # What bm25s.BM25.save writes into the folder (its default names), besides our passages.
@@ -86,15 +86,9 @@ class BM25Index:
     @classmethod
     def build(cls, passages: Sequence[Passage], *, show_progress: bool = False) -> BM25Index:
         """Index passages in memory."""
-        if isinstance(passages, (str, bytes)) or not isinstance(passages, Sequence):
-            raise InvalidInputError("passages", f"must be a list of Passage records, got a "
-                                    f"{type(passages).__name__}", "pass a list of Passage")
-        if not passages:
-            raise InvalidInputError("passages", "is empty", "index at least one passage")
-        for i, p in enumerate(passages):
-            if not isinstance(p, Passage):
-                raise InvalidInputError(f"passages[{i}]", f"is a {type(p).__name__}, not a "
-                                        "Passage", "build Passage(id=..., title=..., text=...)")
+        passages = check_items(passages, "passages", Passage, what="Passage records",
+                               empty_fix="index at least one passage",
+                               item_fix="build Passage(id=..., title=..., text=...)")
         stemmer = Stemmer.Stemmer("english")
         tokens = bm25s.tokenize([cls._document(p) for p in passages], stopwords="en",
                                 stemmer=stemmer, show_progress=show_progress)

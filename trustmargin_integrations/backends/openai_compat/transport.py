@@ -5,7 +5,8 @@ dropped connection, pausing as the server's ``Retry-After`` asks or else with ex
 backoff; every attempt, byte and pause fits the total ``timeout_s``: connect, headers and body
 of each attempt run under that deadline (:mod:`trustmargin_integrations.deadline`), the body
 also against a size cap. A redirect is not an answer. Every failure becomes a
-:class:`~trustmargin_integrations.errors.BackendError` without secrets.
+:class:`~trustmargin_integrations.errors.BackendError` without secrets; one that outlasted
+every retry is a :class:`~trustmargin_integrations.errors.ServerUnavailableError`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from trustmargin_integrations.backends.openai_compat.settings import (
     ServerSettings,
 )
 from trustmargin_integrations.deadline import bound_by_deadline, request_deadline
-from trustmargin_integrations.errors import BackendError
+from trustmargin_integrations.errors import BackendError, ServerUnavailableError
 from trustmargin_integrations.urls import protect_logs, redact_url, scrub
 from trustmargin_integrations.waits import retry_after_seconds
 
@@ -133,7 +134,7 @@ class CompletionsTransport:
         try:
             return retrying(attempt)
         except _RetryableError as exc:
-            raise BackendError(
+            raise ServerUnavailableError(
                 f"{where} failed after {attempts} attempt(s): {exc.reason} "
                 f"({time.monotonic() - began:.1f} s in all). Fix: check that the server is up "
                 f"and not overloaded, or raise timeout_s / read_timeout_s / max_retries "
