@@ -17,7 +17,14 @@ import typer
 
 from trustmargin_integrations.cli.app import command
 from trustmargin_integrations.cli.boundary import shown
-from trustmargin_integrations.cli.common import check_run_dir
+from trustmargin_integrations.cli.common import BackendChoice, backend_choice, check_run_dir
+from trustmargin_integrations.cli.options import (
+    BackendOpt,
+    ConcurrencyOpt,
+    ModelOpt,
+    RemoteModelOpt,
+    RemoteUrlOpt,
+)
 from trustmargin_integrations.errors import InvalidInputError
 
 
@@ -32,8 +39,11 @@ def check(
              "{title, text}) when the records carry none.")] = None,
     index: Annotated[Path | None, typer.Option(
         help="A saved BM25 index to retrieve from (instead of --corpus).")] = None,
-    model: Annotated[str, typer.Option(help="Named model, directory, .gguf or HF id.")
-                     ] = "smollm2-135m",
+    backend: BackendOpt = None,
+    model: ModelOpt = None,
+    remote_url: RemoteUrlOpt = None,
+    remote_model: RemoteModelOpt = None,
+    concurrency: ConcurrencyOpt = None,
     top_k: Annotated[int, typer.Option(help="Passages per question.")] = 3,
     dtype: Annotated[str | None, typer.Option(help="float32 / bfloat16 (default: fp32 on CPU)")
                      ] = None,
@@ -75,14 +85,16 @@ def check(
         raise InvalidInputError("--holdout", f"must be in [0, 1), got {holdout}",
                                 "use 0 (choose on all questions) or e.g. 0.5")
     from_file = not labeled.is_dir()
+    choice = backend_choice(backend, model, remote_url, remote_model, device=device,
+                            dtype=dtype, concurrency=concurrency)
     target_dir = (run_dir or labeled.with_name(labeled.name + ".check")) if from_file \
         else labeled
     # Before any work: the policy file never replaces an input or the run's own files.
     target = guard_output(out or target_dir / "policy.json", "--out", run_dir=target_dir,
                           inputs=_inputs(labeled if from_file else None, corpus, index))
     if from_file:
-        _generate_and_score(labeled, target_dir, corpus=corpus, index=index, model=model,
-                            top_k=top_k, dtype=dtype, device=device, batch_size=batch_size,
+        _generate_and_score(labeled, target_dir, corpus=corpus, index=index, backend=choice,
+                            top_k=top_k, batch_size=batch_size,
                             folds=folds, holdout=holdout, split_seed=split_seed)
     check_run_dir(target_dir)
     loaded = LoadedRun.read(target_dir)
@@ -111,8 +123,8 @@ def _inputs(labeled: Path | None, corpus: Path | None, index: Path | None
 
 
 def _generate_and_score(labeled: Path, run_dir: Path, *, corpus: Path | None,
-                        index: Path | None, model: str, top_k: int, dtype: str | None,
-                        device: str | None, batch_size: int, folds: int, holdout: float,
+                        index: Path | None, backend: BackendChoice, top_k: int,
+                        batch_size: int, folds: int, holdout: float,
                         split_seed: int) -> None:
     """Answer and score the labeled file once into ``run_dir`` with ``eval``'s machinery
     (a second call reads the cache). Each distinct question is answered once, and every
@@ -125,8 +137,8 @@ def _generate_and_score(labeled: Path, run_dir: Path, *, corpus: Path | None,
     from trustmargin_integrations.evaluation.runner import PrecomputedPassages
 
     settings = _check_options(
-        model=model, limit=None, top_k=top_k, batch_size=batch_size, dtype=dtype,
-        device=device, run_dir=run_dir, noise_limit=0, noise_levels="", noise_seed=0,
+        backend=backend, limit=None, top_k=top_k, batch_size=batch_size, run_dir=run_dir,
+        noise_limit=0, noise_levels="", noise_seed=0,
         noise_corpus=None, pipeline="", pipeline_limit=None, pipeline_corpus=None)
     examples = load_examples(labeled)
     if not examples:

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from trustmargin_integrations.backends.base import (
+    Capabilities,
     ContinuationRequest,
     ContinuationScore,
     ModelSession,
@@ -111,6 +112,12 @@ def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
     return frozenset(e for e in eos if e is not None)
 
 
+def numerics_threads(device: torch.device) -> int | None:
+    """The CPU threads that compute a model's numbers on ``device`` (None on a GPU, whose
+    numbers do not depend on them); see :func:`~..loading.cpu_threads`."""
+    return torch.get_num_threads() if device.type == "cpu" else None
+
+
 class HFBackend(LocalTokenizerMixin, TokenDecoding):
     """A local causal LM (transformers) implementing the Backend and TokenDecoder protocols.
 
@@ -138,6 +145,13 @@ class HFBackend(LocalTokenizerMixin, TokenDecoding):
         self.cache_kwarg = cache_argument(model)
         window = getattr(model.config, "max_position_embeddings", None)
         self.context_window: int | None = window if isinstance(window, int) else None
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """A local transformers model: its name, dtype and (on CPU) thread count."""
+        return Capabilities(kind="hf", model=self.model_id,
+                            dtype=str(self.model.dtype).removeprefix("torch."),
+                            threads=numerics_threads(self.device))
 
     @classmethod
     def load(
