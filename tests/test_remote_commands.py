@@ -1,0 +1,126 @@
+"""``eval``, ``check``, ``calibrate`` and ``report`` on an OpenAI-compatible server: the real
+llama.cpp test server (tests/llama_cpp_server.py) serving the embedded SmolLM2-135M GGUF,
+against the same commands on the local backend.
+
+The server runs the GGUF's Q4_1 kernels, the local backend the same file in fp32, so their
+numbers differ by quantization noise, and greedy generation can flip on a near-tie
+(docs/scale_out.md, "Agreement with the local backend"). Where both engines generated the
+same candidates, the decision must be the same and M within ``MARGIN_TOL`` (the tolerance
+tests/test_openai_compat.py holds the server to). Kept small (one benchmark question, four
+demo questions, one passage each): llama-cpp-python spends about 50 ms per echoed token on
+the shared CPU (measured here under a load average of 13: about 8 minutes per benchmark
+question, 15 for the four demo questions).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cli_support import DEMO, run_main, write_labeled
+from llama_cpp_server import LlamaCppServer
+
+from trustmargin_integrations.arbiter import TrustMargin
+from trustmargin_integrations.calibration import Calibration
+from trustmargin_integrations.evaluation.rundir import load_run
+from trustmargin_integrations.models import REGISTRY
+
+MARGIN_TOL = 0.25
+"""Largest allowed |M_remote - M_local| (as in tests/test_openai_compat.py)."""
+
+# The benchmark data lies beside the repository (../shared/data/raw) unless told otherwise.
+DATA_DIR = Path(os.environ.get("TRUSTMARGIN_DATA")
+                or Path(__file__).resolve().parents[2] / "shared" / "data" / "raw")
+
+
+@pytest.fixture(scope="module")
+def llama_server() -> Iterator[LlamaCppServer]:
+    with LlamaCppServer(REGISTRY["smollm2-135m"].locate(), alias="smollm2-135m", n_ctx=1024,
+                        n_threads=2) as server:
+        yield server
+
+
+@pytest.fixture
+def served(llama_server: LlamaCppServer, tm: TrustMargin,
+           monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The options that put a command on the server; local runs reuse the session's model."""
+    from trustmargin_integrations.backends.hf import HFBackend
+
+    monkeypatch.setattr(HFBackend, "load", staticmethod(lambda model, **kwargs: tm.backend))
+    # One request at a time, with the waits docs/scale_out.md gives for this server.
+    monkeypatch.setenv("TRUSTMARGIN_REMOTE_READ_TIMEOUT", "600")
+    monkeypatch.setenv("TRUSTMARGIN_REMOTE_TIMEOUT", "1800")
+    return ["--backend", f"openai:{llama_server.url}/v1#{llama_server.alias}",
+            "--concurrency", "1"]
+
+
+def assert_same_decisions(local_dir: Path, remote_dir: Path) -> int:
+    """Where both engines generated the same candidates: the same decision, M within the
+    tolerance. Returns how many questions were compared."""
+    local = {r.example.id: r.decision for run in load_run(local_dir) for r in run.records}
+    remote = {r.example.id: r.decision for run in load_run(remote_dir) for r in run.records}
+    assert local.keys() == remote.keys()
+    compared = 0
+    for key, mine in local.items():
+        theirs = remote[key]
+        if (mine.direct_answer, mine.rag_answer) != (theirs.direct_answer, theirs.rag_answer):
+            continue  # a greedy near-tie flipped under quantization: not the same question
+        compared += 1
+        assert theirs.source == mine.source, key
+        if mine.m is not None or theirs.m is not None:
+            assert theirs.m == pytest.approx(mine.m, abs=MARGIN_TOL), key
+    return compared
+
+
+def test_eval_calibrate_report_on_a_server(served: list[str], tmp_path: Path) -> None:
+    common = ["eval", "--dataset", "cwq", "--data-dir", str(DATA_DIR), "--limit", "1",
+              "--top-k", "1", "--no-report"]
+    local_dir, remote_dir = tmp_path / "local", tmp_path / "remote"
+    local = run_main(*common, "--run-dir", str(local_dir))
+    assert local.exit_code == 0, local.output
+    # The server's run starts from the local run's cache: none of it may be reused.
+    shutil.copytree(local_dir, remote_dir)
+    remote = run_main(*common, *served, "--run-dir", str(remote_dir))
+    assert remote.exit_code == 0, remote.output
+    assert "1 computed, 0 from cache" in remote.output and "on openai" in remote.output
+    again = run_main(*common, *served, "--run-dir", str(remote_dir))
+    assert again.exit_code == 0 and "0 computed, 1 from cache" in again.output, again.output
+    assert load_run(remote_dir)[0].info["backend"] == "openai"
+    assert load_run(local_dir)[0].info["backend"] == "hf"
+    assert assert_same_decisions(local_dir, remote_dir) >= 1
+
+    fitted = run_main("calibrate", str(remote_dir), "--folds", "0", "--resamples", "200")
+    assert fitted.exit_code == 0, fitted.output
+    calibration = Calibration.load(remote_dir / "calibration.json")
+    assert (calibration.backend_kind, calibration.backend_model) == ("openai", "smollm2-135m")
+    report = run_main("report", str(remote_dir))
+    assert report.exit_code == 0 and (remote_dir / "report.md").is_file(), report.output
+
+
+def test_check_on_a_server_records_its_backend(
+        served: list[str], tm: TrustMargin, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    labeled = write_labeled(tmp_path / "mine.jsonl", ("q02", "q04", "q11", "q14"))
+    args = ["check", str(labeled), "--corpus", str(DEMO / "corpus.json"), "--top-k", "1",
+            "--folds", "2", "--resamples", "300"]
+    local = run_main(*args, "--run-dir", str(tmp_path / "local"))
+    assert local.exit_code == 0, local.output
+    remote = run_main(*args, *served, "--run-dir", str(tmp_path / "remote"))
+    assert remote.exit_code == 0, remote.output
+    assert "4 computed, 0 from cache" in remote.output
+    again = run_main(*args, *served, "--run-dir", str(tmp_path / "remote"))
+    assert again.exit_code == 0 and "0 computed, 4 from cache" in again.output, again.output
+    assert assert_same_decisions(tmp_path / "local", tmp_path / "remote") >= 2
+
+    policy = tmp_path / "remote" / "policy.json"
+    fitted = Calibration.load(policy)
+    assert (fitted.backend_kind, fitted.backend_model) == ("openai", "smollm2-135m")
+    assert Calibration.load(tmp_path / "local" / "policy.json").backend_kind == "hf"
+    with caplog.at_level(logging.WARNING, logger="trustmargin_integrations.calibration"):
+        TrustMargin.calibrated(tm.backend, policy)  # fitted on the server, loaded locally
+    assert any("openai:smollm2-135m" in r.getMessage() and
+               f"hf:{tm.backend.model_id}" in r.getMessage() for r in caplog.records)
