@@ -112,6 +112,7 @@ def test_check_on_a_server_records_its_backend(
     remote = run_main(*args, *served, "--run-dir", str(tmp_path / "remote"))
     assert remote.exit_code == 0, remote.output
     assert "4 computed, 0 from cache" in remote.output
+    assert "from_pretrained('openai:URL#smollm2-135m'" in remote.output  # how to load it
     again = run_main(*args, *served, "--run-dir", str(tmp_path / "remote"))
     assert again.exit_code == 0 and "0 computed, 4 from cache" in again.output, again.output
     assert assert_same_decisions(tmp_path / "local", tmp_path / "remote") >= 2

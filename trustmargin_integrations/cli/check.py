@@ -17,7 +17,12 @@ import typer
 
 from trustmargin_integrations.cli.app import command
 from trustmargin_integrations.cli.boundary import shown
-from trustmargin_integrations.cli.common import BackendChoice, backend_choice, check_run_dir
+from trustmargin_integrations.cli.common import (
+    BackendChoice,
+    backend_choice,
+    check_run_dir,
+    usage_line,
+)
 from trustmargin_integrations.cli.options import (
     BackendOpt,
     ConcurrencyOpt,
@@ -107,8 +112,7 @@ def check(
         typer.echo(line)
     path = calibration.save(target)
     typer.echo(f"policy: {shown(str(path))}")
-    typer.echo(f"use it: TrustMargin.from_pretrained({calibration.model_id!r}, "
-               f"calibration={str(path)!r}), or --calibration {shown(str(path))}")
+    typer.echo(usage_line(calibration, path))
 
 
 def _inputs(labeled: Path | None, corpus: Path | None, index: Path | None

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from trustmargin_integrations.cli.app import console
+from trustmargin_integrations.cli.boundary import shown
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError, TrustMarginError
 
@@ -117,6 +118,16 @@ def calibration_option(value: Any, model: str, config: dict[str, Any]) -> Any:
             raise InvalidInputError(option, "cannot be combined with --calibration (the "
                                     "calibration sets it)", f"drop {option} or --calibration")
     return Calibration.coerce(value, model=model)
+
+
+def usage_line(calibration: Any, path: Path) -> str:
+    """How to load a fitted file: on the backend it was fitted on (a server's spec for a
+    file fitted on one)."""
+    model = calibration.model_id
+    if calibration.backend_kind == "openai":
+        model = f"openai:URL#{calibration.backend_model or model}"
+    return (f"use it: TrustMargin.from_pretrained({model!r}, calibration={str(path)!r}), or "
+            f"--calibration {shown(str(path))}")
 
 
 def calibration_path(value: str | None) -> Path | None:
