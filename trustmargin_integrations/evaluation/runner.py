@@ -208,9 +208,11 @@ def _run_pending(
         ])
         return [eval_value(d, p.retrieval_s) for p, d in zip(chunk, decisions, strict=True)]
 
-    # Length-sorted chunks keep padding small.
-    pending.sort(key=lambda p: len(p.example.question) + sum(len(t) for t in p.passages))
-    return run_chunks(store, pending, key=lambda p: p.key, compute=arbitrate,
+    # The engine orders the work (a local model by length, so its batches pad little); the
+    # durable chunks then follow that order.
+    lengths = [len(p.example.question) + sum(len(t) for t in p.passages) for p in pending]
+    ordered = [pending[i] for call in tm.backend.batches(lengths, batch_size) for i in call]
+    return run_chunks(store, ordered, key=lambda p: p.key, compute=arbitrate,
                       batch_size=batch_size, desc=desc, progress=progress, on_chunk=on_chunk)
 
 
