@@ -9,8 +9,8 @@ local backend's with M within ``MARGIN_TOL`` (the tolerance tests/test_openai_co
 the server to): the local run's where both generated the same candidates, else the local
 backend's on the server's candidates. Kept small (one benchmark question, four
 demo questions, one passage each): llama-cpp-python spends about 50 ms per echoed token on
-the shared CPU (measured here under a load average of 13: about 8 minutes per benchmark
-question, 15 for the four demo questions).
+the shared CPU (measured here under a load average of about 15: 5 minutes for the eval test,
+8 for the check test).
 """
 
 from __future__ import annotations
