@@ -7,13 +7,11 @@ questions): the shared test machine is slow.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from cli_support import run_main
+from cli_support import DEMO, run_main, write_labeled
 
-import trustmargin_integrations
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.calibration import Calibration
 from trustmargin_integrations.errors import InvalidInputError
@@ -21,8 +19,6 @@ from trustmargin_integrations.evaluation.datasets import load_examples
 from trustmargin_integrations.evaluation.policy import POLICY_KINDS
 from trustmargin_integrations.prompts import PROMPT_VERSION
 from trustmargin_integrations.rule import Policy
-
-DEMO = Path(trustmargin_integrations.__file__).parent / "demo_data"
 
 
 def test_jsonl_records_load_and_a_bad_line_is_named(tmp_path: Path) -> None:
@@ -50,11 +46,7 @@ def test_check_runs_end_to_end_on_a_labeled_file(
 
     # The session's embedded model: `check --model smollm2-135m` must not load it twice.
     monkeypatch.setattr(HFBackend, "load", staticmethod(lambda model, **kwargs: tm.backend))
-    questions = {q["id"]: q for q in json.loads((DEMO / "questions.json").read_text())}
-    labeled = tmp_path / "mine.jsonl"
-    labeled.write_text("".join(json.dumps({"id": i, "question": questions[i]["question"],
-                                           "answers": questions[i]["answers"]}) + "\n"
-                               for i in ("q02", "q04", "q11", "q14")), encoding="utf-8")
+    labeled = write_labeled(tmp_path / "mine.jsonl", ("q02", "q04", "q11", "q14"))
     args = ["check", str(labeled), "--corpus", str(DEMO / "corpus.json"), "--folds", "2",
             "--resamples", "300"]
     nothing = run_main("check", str(labeled), "--folds", "2")

@@ -20,8 +20,10 @@ import torch
 from trustmargin_integrations import BM25Index, InvalidInputError, Passage
 from trustmargin_integrations.answers import answer_complete
 from trustmargin_integrations.backends.base import (
+    Capabilities,
     ContinuationRequest,
     ContinuationScore,
+    EngineDefaults,
     ModelSession,
     StopPredicate,
 )
@@ -56,14 +58,19 @@ def index() -> BM25Index:
     return BM25Index.build(demo_corpus())
 
 
-class ProtocolOnlyBackend:
+class ProtocolOnlyBackend(EngineDefaults):
     """The real HFBackend seen through the Backend protocol only (not a mock: every call
-    runs the real model). It is not an HFBackend, so it stands for any other engine."""
+    runs the real model). It is not an HFBackend, so it stands for any other engine (token
+    counts and batches from the protocol's defaults)."""
 
     def __init__(self, inner: HFBackend) -> None:
         self.inner = inner
         self.model_id = inner.model_id
         self.context_window = inner.context_window
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(kind="protocol-only", model=self.model_id)
 
     def render_prompt(self, user_message: str) -> str:
         return self.inner.render_prompt(user_message)

@@ -132,6 +132,12 @@ class Calibration(BaseModel):
 
     model_id: str
     dtype: str | None = None
+    backend_kind: str | None = Field(
+        None, description="The engine the run was scored on (hf, openai, ...); None in files "
+                          "written before it was recorded.")
+    backend_model: str | None = Field(
+        None, description="The model that engine ran (a local model's name, a server's "
+                          "served name).")
     prompt_version: str
     retrieval: RetrievalSetup = Field(default_factory=RetrievalSetup)
     lambda_bind: float
@@ -226,6 +232,19 @@ class Calibration(BaseModel):
                 "calibration", f"was fitted with prompt version {self.prompt_version!r}, "
                 f"this package uses {prompt_version!r}",
                 "re-run `trustmargin eval` with this package, then `trustmargin calibrate`")
+
+    def warn_other_backend(self, kind: str, model: str) -> None:
+        """Log a warning when the file was fitted on another engine or engine model than
+        ``kind``/``model`` (a quantized server's margins differ from the local model's by a
+        few hundredths: usable, but not the numbers the fit saw). Silent for files that do
+        not record it."""
+        if self.backend_kind is None and self.backend_model is None:
+            return
+        fitted = f"{self.backend_kind or '?'}:{self.backend_model or '?'}"
+        if fitted != f"{kind}:{model}":
+            logger.warning("calibration fitted on backend %s is loaded with backend %s:%s; "
+                           "its margins may differ from the fit's (run `trustmargin check` "
+                           "on this backend for its own policy)", fitted, kind, model)
 
     @property
     def decision_policy(self) -> Policy:

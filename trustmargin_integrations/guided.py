@@ -37,8 +37,8 @@ def prompt_ids(backend: Any, rendered: str, max_new_tokens: int, field: str
     tens of thousands of tokens would otherwise spend minutes in prefill and then fail).
     """
     ids = backend.encode_prompt(rendered)
-    window = getattr(backend, "context_window", None)
-    if isinstance(window, int) and len(ids) >= window:
+    window = backend.context_window  # declared by the Backend protocol (None: unknown)
+    if window is not None and len(ids) >= window:
         raise InvalidInputError(field, f"is {len(ids)} tokens, more than the model's "
                                 f"{window}-token window", "shorten it: fewer or shorter "
                                 "documents in the context, or a model with a longer window")

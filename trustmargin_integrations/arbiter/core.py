@@ -1,5 +1,5 @@
 """TrustMargin: the public API (load, answer, arbitrate, prepare) and the scheduling of
-prepared questions into length-sorted batches, one model session each.
+prepared questions into the model calls the engine groups them in (`Backend.batches`).
 
 Per batch: generate missing candidates (:mod:`.candidates`) -> settle or score
 (:mod:`.plan`) -> margins, rule and Decision (:mod:`.decision`). Preparation (budgets,
@@ -28,6 +28,7 @@ from trustmargin_integrations.arbiter.plan import plan_question, score_rows
 from trustmargin_integrations.arbiter.preparation import PreparedQuestion, prepare_valid
 from trustmargin_integrations.backends.base import Backend
 from trustmargin_integrations.backends.loading import load_backend
+from trustmargin_integrations.backends.spec import BackendSpec
 from trustmargin_integrations.calibration import AUTO, Calibration, calibration_for
 from trustmargin_integrations.config import TrustMarginConfig, check_rule_value
 from trustmargin_integrations.errors import InvalidInputError
@@ -80,13 +81,15 @@ class TrustMargin:
     @classmethod
     def from_pretrained(
         cls,
-        model: str = "smollm2-135m",
+        model: str | BackendSpec = "smollm2-135m",
         *,
         config: TrustMarginConfig | None = None,
         calibration: str | Path | Calibration | None = AUTO,
         **backend_kwargs: Any,
     ) -> TrustMargin:
-        """Load a local transformers backend (a named model, HF id, directory or GGUF file).
+        """Load the backend a spec names (:mod:`~trustmargin_integrations.backends.spec`): a
+        local transformers model (``hf:NAME`` or a bare named model, HF id, directory or GGUF
+        file) or an OpenAI-compatible server (``openai:URL#MODEL``).
 
         ``calibration`` (:func:`~trustmargin_integrations.calibration.calibration_for`) says
         who decides:
@@ -104,9 +107,10 @@ class TrustMargin:
 
         ``backend_kwargs`` go to the backend (``device``, ``dtype``, ``progress``, ...).
         """
+        spec = BackendSpec.coerce(model, "model")
         # A bad file fails before the model loads.
-        fitted = calibration_for(calibration, model, config)
-        backend = load_backend(model, **backend_kwargs)
+        fitted = calibration_for(calibration, spec.model, config)
+        backend = load_backend(spec, field="model", **backend_kwargs)
         return cls(backend, config) if fitted is None else cls.calibrated(backend, fitted, config)
 
     @classmethod
@@ -124,6 +128,7 @@ class TrustMargin:
         """
         fitted = Calibration.coerce(calibration, model=backend.model_id)
         fitted.check(backend.model_id, PROMPT_VERSION)
+        fitted.warn_other_backend(backend.capabilities.kind, backend.capabilities.model)
         return cls(backend, fitted.apply(config))
 
     # -- the pipeline -----------------------------------------------------------------------
@@ -335,14 +340,13 @@ class TrustMargin:
         if not prepared:
             return []
         keep_prompts = self.config.include_prompts if include_prompts is None else include_prompts
-        # Length-sorted batches keep left padding (and so wasted compute) small.
-        order = sorted(range(len(prepared)), key=lambda i: len(prepared[i].views.question_context))
+        # The engine groups the questions into model calls (a local model by length).
+        calls = self.backend.batches([len(p.views.question_context) for p in prepared],
+                                     self.config.batch_size)
         evidence: list[Evidence | None] = [None] * len(prepared)
-        size = self.config.batch_size
         with tqdm(total=len(prepared), desc="arbitrating", unit="q",
                   disable=not progress) as bar:
-            for start in range(0, len(order), size):
-                chunk = order[start:start + size]
+            for chunk in calls:
                 done = self._score_chunk([prepared[i] for i in chunk], keep_prompts)
                 for i, scored in zip(chunk, done, strict=True):
                     evidence[i] = scored

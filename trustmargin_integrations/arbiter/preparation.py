@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 
-from trustmargin_integrations.backends.base import Backend, count_tokens_many
+from trustmargin_integrations.backends.base import Backend
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.context import (
     BuiltContext,
@@ -46,7 +45,7 @@ def prepare_valid(backend: Backend, config: TrustMarginConfig,
     budgets = context_budgets(backend, config, inputs)
     contexts = build_contexts([valid.passages for valid in inputs], budgets,
                               backend.count_tokens, backend.truncate_tokens,
-                              partial(count_tokens_many, backend))
+                              backend.count_tokens_batch)
     render = backend.render_prompt
     prepared = []
     for valid, budget, context in zip(inputs, budgets, contexts, strict=True):
@@ -70,7 +69,7 @@ def context_budgets(backend: Backend, config: TrustMarginConfig,
                     inputs: Sequence[ValidInput]) -> list[int]:
     """Each input's ``max_context_tokens``, capped so its longest prompt plus generation
     fits the model's window; a question that cannot fit at all is a typed error."""
-    window = getattr(backend, "context_window", None)
+    window = backend.context_window
     if not window:
         return [config.max_context_tokens] * len(inputs)
     render = backend.render_prompt
@@ -86,7 +85,7 @@ def context_budgets(backend: Backend, config: TrustMarginConfig,
         plans.append((len(texts), given))
         texts += [render(views.question_only), render(views.question_context)]
         texts += [text for _, text in given]
-    counts = count_tokens_many(backend, texts)
+    counts = backend.count_tokens_batch(texts)
     return [_capped_budget(config, valid, window, counts[at:at + 2 + len(given)], given)
             for valid, (at, given) in zip(inputs, plans, strict=True)]
 

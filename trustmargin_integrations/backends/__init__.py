@@ -2,8 +2,10 @@
 
 from trustmargin_integrations.backends.base import (
     Backend,
+    Capabilities,
     ContinuationRequest,
     ContinuationScore,
+    EngineDefaults,
     ModelSession,
     PlainSession,
     StopPredicate,
@@ -13,8 +15,10 @@ from trustmargin_integrations.backends.base import (
 
 __all__ = [
     "Backend",
+    "Capabilities",
     "ContinuationRequest",
     "ContinuationScore",
+    "EngineDefaults",
     "ModelSession",
     "PlainSession",
     "StopPredicate",

@@ -13,6 +13,12 @@ caches of generation and branches the scoring off them. :class:`PlainSession` si
 to the backend's own ``generate`` and ``score_continuations``; that is all a simple engine
 needs (see :class:`~trustmargin_integrations.backends.openai_compat.OpenAICompatBackend`).
 
+Besides those calls a backend declares what it is (:class:`Capabilities`: its kind, its
+model, what else changes its numbers), counts many texts at once (``count_tokens_batch``) and
+groups requests into model calls (``batches``: an engine concern, since padding costs a
+local model and not a server). :class:`EngineDefaults` gives the last two to any engine
+that has no better way; callers read these members, they never probe for them.
+
 ``generate`` takes an optional stop predicate on the text decoded so far (:data:`StopPredicate`):
 the caller says when a generation is complete (the arbiter passes the answer policy's
 ``answer_complete``); the backend only honours it. :class:`TokenDecoder` is the extra contract
@@ -80,6 +86,30 @@ class ContinuationScore:
         return self.logprob_sum / self.num_tokens
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What an engine declares about itself, read by the commands and the run caches.
+
+    Attributes:
+        kind: the engine family: ``hf`` (local transformers), ``openai`` (an OpenAI-compatible
+            server), or another engine's own name.
+        model: the model the engine runs: what a local backend loaded, a server's served name.
+        dtype: the dtype of a local model's numbers (None: not known, e.g. a server's).
+        threads: the CPU threads a local model computes with on CPU (None on a GPU or a
+            server): float reductions change with it, so it is part of a local result's key.
+    """
+
+    kind: str
+    model: str
+    dtype: str | None = None
+    threads: int | None = None
+
+    @property
+    def label(self) -> str:
+        """``kind:model``, e.g. ``hf:smollm2-135m`` or ``openai:smollm2-135m``."""
+        return f"{self.kind}:{self.model}"
+
+
 @runtime_checkable
 class ModelSession(Protocol):
     """Generation and scoring for one batch of questions (state may be shared between them)."""
@@ -107,8 +137,22 @@ class Backend(Protocol):
         """Wrap a user message in the model's chat template (or return it unchanged)."""
         ...
 
+    @property
+    def capabilities(self) -> Capabilities:
+        """The engine's kind, model and numerics (see :class:`Capabilities`)."""
+        ...
+
     def count_tokens(self, text: str) -> int:
         """Number of tokens of ``text`` without special tokens (0: nothing to score)."""
+        ...
+
+    def count_tokens_batch(self, texts: Sequence[str]) -> list[int]:
+        """``count_tokens`` of each text (one tokenizer call where the engine can)."""
+        ...
+
+    def batches(self, lengths: Sequence[int], size: int) -> list[list[int]]:
+        """The indices of requests of these lengths grouped into model calls of at most
+        ``size``, in the order to run them (see :meth:`EngineDefaults.batches`)."""
         ...
 
     def truncate_tokens(self, text: str, max_tokens: int) -> str:
@@ -195,10 +239,21 @@ def plain_session(backend: Backend) -> Iterator[ModelSession]:
     yield PlainSession(backend)
 
 
-def count_tokens_many(backend: Backend, texts: Sequence[str]) -> list[int]:
-    """Token counts of many texts: one batched tokenizer call where the backend has one
-    (``count_tokens_batch`` is optional, so a minimal backend counts one text at a time)."""
-    batch = getattr(backend, "count_tokens_batch", None)
-    if batch is not None:
-        return list(batch(texts))
-    return [backend.count_tokens(text) for text in texts]
+class EngineDefaults:
+    """The protocol members an engine may leave to these defaults: token counts one text at
+    a time and length-sorted batches. Subclass it (with ``count_tokens`` of your own)."""
+
+    def count_tokens(self, text: str) -> int:  # pragma: no cover - every engine overrides it
+        raise NotImplementedError
+
+    def count_tokens_batch(self, texts: Sequence[str]) -> list[int]:
+        """``count_tokens`` of each text, one at a time."""
+        return [self.count_tokens(text) for text in texts]
+
+    def batches(self, lengths: Sequence[int], size: int) -> list[list[int]]:
+        """Requests sorted by length (stably), cut into calls of ``size``: a local model pads
+        each call to its longest prompt, so similar lengths waste the least compute."""
+        if size < 1:
+            raise ValueError(f"a batch holds at least one request, got size {size}")
+        order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+        return [order[start:start + size] for start in range(0, len(order), size)]

@@ -1,42 +1,142 @@
-"""``load_backend``: the one place that picks an engine for a model name, so that callers (the
-arbiter, the CLI, the adapters) never import a concrete engine."""
+"""The backend factory: the one place that picks an engine.
+
+Every command (``--backend``, or the ``--model`` / ``--remote-url`` shorthands), every API
+entry point (``TrustMargin.from_pretrained``) and the adapters get their engine from
+:func:`load_backend` (one spec) or :func:`load_backends` (one or several), so no caller
+imports a concrete engine. A spec (:mod:`.spec`) names the engine and its model; engines are
+imported lazily, so torch and transformers load only when a local model does.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from trustmargin_integrations.backends.base import Backend
+from trustmargin_integrations.backends.spec import DEFAULT_MODEL, BackendSpec
 from trustmargin_integrations.errors import InvalidInputError
 
 
-def load_backend(model: str = "smollm2-135m", **kwargs: Any) -> Backend:
-    """The local transformers backend for a named model, a directory, a ``.gguf`` file or a
-    Hugging Face id (``device``, ``dtype``, ``trust_remote_code``, ``fast`` go to it).
+def load_backend(spec: str | BackendSpec = DEFAULT_MODEL, *, device: str | None = None,
+                 dtype: Any = None, max_concurrency: int | None = None,
+                 field: str = "model", **engine_kwargs: Any) -> Backend:
+    """The backend ``spec`` names (``hf:MODEL``, a bare model name, ``openai:URL#MODEL``).
 
-    Imported lazily: torch and transformers load only when a model does.
+    Args:
+        spec: the spec, as text or parsed (:class:`~.spec.BackendSpec`).
+        device: a local model's device (``hf`` only).
+        dtype: a local model's dtype (``hf`` only).
+        max_concurrency: requests in flight to a server (``openai`` only; default 8).
+        field: the name errors about ``spec`` carry (``--backend`` on the command line).
+        engine_kwargs: passed to the engine (``HFBackend.load``: ``trust_remote_code``,
+            ``fast``, ``progress``; ``OpenAICompatBackend``: ``api_key``, ``timeout_s``,
+            ``model_id``, ...).
+
+    Raises:
+        InvalidInputError: see :func:`check_backend`.
     """
-    check_model_source(model)
-    from trustmargin_integrations.backends.hf import HFBackend
+    chosen = check_backend(spec, device=device, dtype=dtype, max_concurrency=max_concurrency,
+                           field=field)
+    if chosen.kind == "hf":
+        from trustmargin_integrations.backends.hf import HFBackend
 
-    return HFBackend.load(model, **kwargs)
+        return HFBackend.load(chosen.model, device=device, dtype=dtype, **engine_kwargs)
+    from trustmargin_integrations.backends.openai_compat import OpenAICompatBackend
+
+    return OpenAICompatBackend(chosen.url or "", chosen.model, tokenizer=chosen.tokenizer_source,
+                               max_concurrency=max_concurrency or 8, **engine_kwargs)
 
 
-def check_model_source(model: Any) -> str:
+def check_backend(spec: str | BackendSpec, *, device: str | None = None, dtype: Any = None,
+                  max_concurrency: int | None = None, field: str = "model") -> BackendSpec:
+    """``spec`` parsed, with every check :func:`load_backend` makes before it loads
+    anything: the model source of a local model and its device; no option the engine has
+    no use for (rather than dropping it silently).
+
+    Raises:
+        InvalidInputError: (named ``field``) a bad spec or model source; (``device``) a
+            device this machine lacks; (``device``, ``dtype``) given for a server;
+            (``concurrency``) given for a local model.
+    """
+    chosen = BackendSpec.coerce(spec, field)
+    if chosen.kind == "hf":
+        if max_concurrency is not None:
+            raise InvalidInputError("concurrency", f"applies to a server, not to the local "
+                                    f"model {chosen}", "drop it, or name a server: "
+                                    "openai:URL#MODEL")
+        check_model_source(chosen.model, field)
+        check_device(device)
+        return chosen
+    for name, value in (("device", device), ("dtype", dtype)):
+        if value is not None:
+            raise InvalidInputError(name, f"applies to a local model, not to the server "
+                                    f"{chosen}", f"drop {name}: the server chooses it")
+    return chosen
+
+
+def load_backends(specs: Sequence[str | BackendSpec], *, in_flight: int | None = None,
+                  field: str = "model", **kwargs: Any) -> Backend:
+    """One backend for one spec (:func:`load_backend`); for several servers, one fleet that
+    spreads the requests over them (``Fleet(backends, in_flight=...)`` of
+    :mod:`trustmargin_integrations.backends.fleet`).
+
+    Raises:
+        InvalidInputError: see :func:`check_backends`.
+    """
+    parsed = check_backends(specs, field=field, **kwargs)
+    if len(parsed) == 1:
+        return load_backend(parsed[0], field=field, **kwargs)
+    try:
+        from trustmargin_integrations.backends.fleet import (  # type: ignore[import-not-found]
+            Fleet,
+        )
+    except ImportError:
+        raise InvalidInputError(field, "several backends need the fleet, which this build "
+                                "of trustmargin-integrations lacks", "pass one backend") from None
+    members = [load_backend(spec, field=field, **kwargs) for spec in parsed]
+    bound = {} if in_flight is None else {"in_flight": in_flight}  # else the fleet's default
+    return Fleet(members, **bound)  # type: ignore[no-any-return]
+
+
+def check_backends(specs: Sequence[str | BackendSpec], *, field: str = "model",
+                   device: str | None = None, dtype: Any = None,
+                   max_concurrency: int | None = None, **_engine_kwargs: Any
+                   ) -> list[BackendSpec]:
+    """The specs parsed and checked (:func:`check_backend`), loading nothing.
+
+    Raises:
+        InvalidInputError: no spec; several specs that are not all servers of one model (a
+            fleet must give the decisions and cache keys one of its servers gives).
+    """
+    parsed = [check_backend(spec, device=device, dtype=dtype,
+                            max_concurrency=max_concurrency, field=field) for spec in specs]
+    if not parsed:
+        raise InvalidInputError(field, "names no backend", f"pass e.g. {DEFAULT_MODEL!r}")
+    if len(parsed) > 1 and (any(spec.kind != "openai" for spec in parsed)
+                            or len({spec.model for spec in parsed}) > 1):
+        raise InvalidInputError(field, "several backends must all be servers of the same "
+                                f"model, got {', '.join(map(str, parsed))}",
+                                "repeat it only for servers of one model: "
+                                "openai:URL1#MODEL, openai:URL2#MODEL")
+    return parsed
+
+
+def check_model_source(model: Any, field: str = "model") -> str:
     """``model`` when it can name a model: a non-empty text, and a folder only if it holds a
     model (``config.json``; transformers would otherwise fail deep inside with a tokenizer
     error). Loads nothing.
 
     Raises:
-        InvalidInputError: (field ``model``) not a name, or a folder without a model.
+        InvalidInputError: (named ``field``) not a name, or a folder without a model.
     """
     if not isinstance(model, str) or not model.strip():
-        raise InvalidInputError("model", f"must be a model name, directory, .gguf file or "
+        raise InvalidInputError(field, f"must be a model name, directory, .gguf file or "
                                 f"Hugging Face id, got {model!r}",
                                 "pass e.g. 'smollm2-135m' (see `trustmargin models`)")
     folder = Path(model)
     if folder.is_dir() and not (folder / "config.json").is_file():
-        raise InvalidInputError("model", f"{folder} holds no model (no config.json)",
+        raise InvalidInputError(field, f"{folder} holds no model (no config.json)",
                                 "pass a Hugging Face model folder, a .gguf file or a named "
                                 "model (trustmargin models)")
     return model
@@ -67,7 +167,6 @@ def cpu_threads(device: Any) -> int | None:
     require_local_engine()  # before torch: the typed error that names the extra
     import torch
 
-    from trustmargin_integrations.backends.hf.backend import pick_device
+    from trustmargin_integrations.backends.hf.backend import numerics_threads, pick_device
 
-    chosen = device if isinstance(device, torch.device) else pick_device(device)
-    return torch.get_num_threads() if chosen.type == "cpu" else None
+    return numerics_threads(device if isinstance(device, torch.device) else pick_device(device))

@@ -9,8 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from trustmargin_integrations.backends.base import EngineDefaults
 
-class LocalTokenizerMixin:
+
+class LocalTokenizerMixin(EngineDefaults):
     """``render_prompt``, ``count_tokens``, ``truncate_tokens`` from a local tokenizer.
 
     Needs ``self.tokenizer`` (a transformers tokenizer, or the remote backend's

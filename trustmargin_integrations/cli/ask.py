@@ -9,8 +9,15 @@ import typer
 
 from trustmargin_integrations.cli.app import command, console
 from trustmargin_integrations.cli.boundary import printable
-from trustmargin_integrations.cli.common import load_arbiter, open_retriever, rule_options, signed
+from trustmargin_integrations.cli.common import (
+    backend_choice,
+    load_arbiter,
+    open_retriever,
+    rule_options,
+    signed,
+)
 from trustmargin_integrations.cli.options import (
+    BackendOpt,
     CalibrationOpt,
     ConcurrencyOpt,
     DeviceOpt,
@@ -39,22 +46,24 @@ def ask(
     top_k: TopKOpt = 3,
     direct_answer: Annotated[str | None, typer.Option(help="Use this Direct answer.")] = None,
     rag_answer: Annotated[str | None, typer.Option(help="Use this RAG answer.")] = None,
-    model: ModelOpt = "smollm2-135m",
+    backend: BackendOpt = None,
+    model: ModelOpt = None,
     include_prompts: PromptsOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the Decision as JSON.")] = False,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     remote_url: RemoteUrlOpt = None,
     remote_model: RemoteModelOpt = None,
-    concurrency: ConcurrencyOpt = 8,
+    concurrency: ConcurrencyOpt = None,
     tau: TauOpt = None,
     lambda_bind: LambdaOpt = None,
     calibration: CalibrationOpt = None,
 ) -> None:
     """One question end to end: retrieve, both candidates, the margins, the decision."""
+    choice = backend_choice(backend, model, remote_url, remote_model, device=device,
+                            dtype=dtype, concurrency=concurrency)
     retriever = open_retriever(corpus, index, elasticsearch, es_index)
-    tm = load_arbiter(model, device, dtype, remote_url=remote_url, remote_model=remote_model,
-                      concurrency=concurrency, top_k=top_k, calibration=calibration,
+    tm = load_arbiter(choice, top_k=top_k, calibration=calibration,
                       **rule_options(tau, lambda_bind))
     d = tm.answer(question, retriever, top_k, direct_answer=direct_answer, rag_answer=rag_answer,
                   include_prompts=include_prompts)

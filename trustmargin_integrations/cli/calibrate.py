@@ -9,7 +9,7 @@ import typer
 
 from trustmargin_integrations.cli.app import command
 from trustmargin_integrations.cli.boundary import shown
-from trustmargin_integrations.cli.common import check_run_dir
+from trustmargin_integrations.cli.common import check_run_dir, usage_line
 from trustmargin_integrations.errors import InvalidInputError
 
 
@@ -56,5 +56,4 @@ def calibrate(
         typer.echo(line)
     path = calibration.save(target)
     typer.echo(f"calibration: {shown(str(path))}")
-    typer.echo(f"use it: TrustMargin.from_pretrained({calibration.model_id!r}, "
-               f"calibration={str(path)!r})")
+    typer.echo(usage_line(calibration, path))

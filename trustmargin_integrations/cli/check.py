@@ -17,7 +17,19 @@ import typer
 
 from trustmargin_integrations.cli.app import command
 from trustmargin_integrations.cli.boundary import shown
-from trustmargin_integrations.cli.common import check_run_dir
+from trustmargin_integrations.cli.common import (
+    BackendChoice,
+    backend_choice,
+    check_run_dir,
+    usage_line,
+)
+from trustmargin_integrations.cli.options import (
+    BackendOpt,
+    ConcurrencyOpt,
+    ModelOpt,
+    RemoteModelOpt,
+    RemoteUrlOpt,
+)
 from trustmargin_integrations.config import ScoringForm
 from trustmargin_integrations.errors import InvalidInputError
 
@@ -33,8 +45,11 @@ def check(
              "{title, text}) when the records carry none.")] = None,
     index: Annotated[Path | None, typer.Option(
         help="A saved BM25 index to retrieve from (instead of --corpus).")] = None,
-    model: Annotated[str, typer.Option(help="Named model, directory, .gguf or HF id.")
-                     ] = "smollm2-135m",
+    backend: BackendOpt = None,
+    model: ModelOpt = None,
+    remote_url: RemoteUrlOpt = None,
+    remote_model: RemoteModelOpt = None,
+    concurrency: ConcurrencyOpt = None,
     top_k: Annotated[int, typer.Option(help="Passages per question.")] = 3,
     dtype: Annotated[str | None, typer.Option(help="float32 / bfloat16 (default: fp32 on CPU)")
                      ] = None,
@@ -85,6 +100,8 @@ def check(
         raise InvalidInputError("--holdout", f"must be in [0, 1), got {holdout}",
                                 "use 0 (choose on all questions) or e.g. 0.5")
     from_file = not labeled.is_dir()
+    choice = backend_choice(backend, model, remote_url, remote_model, device=device,
+                            dtype=dtype, concurrency=concurrency)
     target_dir = (run_dir or labeled.with_name(labeled.name + ".check")) if from_file \
         else labeled
     # Before any work: the policy file never replaces an input or the run's own files.
@@ -92,8 +109,8 @@ def check(
                           inputs=_inputs(labeled if from_file else None, corpus, index))
     form = _scoring_form(scoring_form)
     if from_file:
-        _generate_and_score(labeled, target_dir, corpus=corpus, index=index, model=model,
-                            top_k=top_k, dtype=dtype, device=device, batch_size=batch_size,
+        _generate_and_score(labeled, target_dir, corpus=corpus, index=index, backend=choice,
+                            top_k=top_k, batch_size=batch_size,
                             folds=folds, holdout=holdout, split_seed=split_seed,
                             scoring_form=form)
     elif form is not None:
@@ -111,8 +128,7 @@ def check(
         typer.echo(line)
     path = calibration.save(target)
     typer.echo(f"policy: {shown(str(path))}")
-    typer.echo(f"use it: TrustMargin.from_pretrained({calibration.model_id!r}, "
-               f"calibration={str(path)!r}), or --calibration {shown(str(path))}")
+    typer.echo(usage_line(calibration, path))
 
 
 def _scoring_form(value: str | None) -> ScoringForm | None:
@@ -136,8 +152,8 @@ def _inputs(labeled: Path | None, corpus: Path | None, index: Path | None
 
 
 def _generate_and_score(labeled: Path, run_dir: Path, *, corpus: Path | None,
-                        index: Path | None, model: str, top_k: int, dtype: str | None,
-                        device: str | None, batch_size: int, folds: int, holdout: float,
+                        index: Path | None, backend: BackendChoice, top_k: int,
+                        batch_size: int, folds: int, holdout: float,
                         split_seed: int, scoring_form: ScoringForm | None) -> None:
     """Answer and score the labeled file once into ``run_dir`` with ``eval``'s machinery
     (a second call reads the cache). Each distinct question is answered once, and every
@@ -150,8 +166,8 @@ def _generate_and_score(labeled: Path, run_dir: Path, *, corpus: Path | None,
     from trustmargin_integrations.evaluation.runner import PrecomputedPassages
 
     settings = _check_options(
-        model=model, limit=None, top_k=top_k, batch_size=batch_size, dtype=dtype,
-        device=device, run_dir=run_dir, noise_limit=0, noise_levels="", noise_seed=0,
+        backend=backend, limit=None, top_k=top_k, batch_size=batch_size, run_dir=run_dir,
+        noise_limit=0, noise_levels="", noise_seed=0,
         noise_corpus=None, pipeline="", pipeline_limit=None, pipeline_corpus=None,
         scoring_form=scoring_form or "differential")
     examples = load_examples(labeled)

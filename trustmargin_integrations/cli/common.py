@@ -4,41 +4,104 @@ retriever options, and small printing and writing helpers."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from trustmargin_integrations.cli.app import console
+from trustmargin_integrations.cli.boundary import shown
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError, TrustMarginError
 
 
-def load_arbiter(model: str, device: str | None, dtype: str | None, *,
-                 remote_url: str | None = None, remote_model: str | None = None,
-                 concurrency: int = 8, calibration: Any = None, **config: Any) -> Any:
-    """The TrustMargin the options describe: a local model, or a remote server's."""
+@dataclass(frozen=True)
+class BackendChoice:
+    """The backend the options name (``--backend``, or the ``--model`` / ``--remote-url``
+    shorthands) and the engine options that go with it, for the one factory."""
+
+    specs: list[Any]
+    option: str
+    """The option that named the specs, which errors about them carry."""
+    device: str | None = None
+    dtype: str | None = None
+    concurrency: int | None = None
+
+    @property
+    def model(self) -> str:
+        """The (first) backend's model: what a local backend loads, a server's served name."""
+        return str(self.specs[0].model)
+
+    @property
+    def local(self) -> bool:
+        """True for a local model (numbers that depend on this machine's threads)."""
+        return bool(self.specs[0].kind == "hf")
+
+    def check(self) -> None:
+        """Every check the factory makes before loading, named by the options."""
+        from trustmargin_integrations.backends import loading
+
+        with self._named_as_options():
+            loading.check_backends(self.specs, field=self.option, device=self.device,
+                                   dtype=self.dtype, max_concurrency=self.concurrency)
+
+    def open(self) -> Any:
+        """The backend (or fleet of servers) the specs name, through the one factory."""
+        from trustmargin_integrations.backends import loading
+
+        shown = ", ".join(map(str, self.specs))
+        with self._named_as_options(), console.status(f"loading {shown} ..."):
+            return loading.load_backends(self.specs, field=self.option,
+                                         in_flight=self.concurrency, device=self.device,
+                                         dtype=self.dtype, max_concurrency=self.concurrency)
+
+    @contextmanager
+    def _named_as_options(self) -> Iterator[None]:
+        """The factory's errors about its keyword arguments named by their options."""
+        try:
+            yield
+        except InvalidInputError as exc:
+            if exc.field in ("device", "dtype", "concurrency"):
+                raise InvalidInputError("--" + exc.field, exc.problem, exc.fix) from None
+            raise
+
+
+def backend_choice(backend: list[str] | None, model: str | None = None,
+                   remote_url: str | None = None, remote_model: str | None = None, *,
+                   device: str | None = None, dtype: str | None = None,
+                   concurrency: int | None = None) -> BackendChoice:
+    """The backend the options name: ``--backend`` (repeatable), or the older ``--model`` /
+    ``--remote-url`` / ``--remote-model`` shorthands (never both). Loads nothing."""
+    from trustmargin_integrations.backends.spec import BackendSpec
+
+    engine = {"device": device, "dtype": dtype, "concurrency": concurrency}
+    if backend:
+        for option, value in (("--model", model), ("--remote-url", remote_url),
+                              ("--remote-model", remote_model)):
+            if value is not None:
+                raise InvalidInputError(option, "cannot be combined with --backend (the "
+                                        "backend names the model)", f"drop {option}, or "
+                                        "--backend: e.g. --backend openai:URL#MODEL")
+        return BackendChoice([BackendSpec.parse(text, "--backend") for text in backend],
+                             "--backend", **engine)
+    spec = BackendSpec.from_shorthand(model, remote_url, remote_model)
+    return BackendChoice([spec], "--remote-url" if remote_url else "--model", **engine)
+
+
+def load_arbiter(choice: BackendChoice, *, calibration: Any = None, **config: Any) -> Any:
+    """The TrustMargin the options describe, on the backend they name."""
     from trustmargin_integrations.arbiter import TrustMargin
 
     settings = config_from_options(**config)
-    fitted = calibration_option(calibration, model, config)
-    if remote_url:
-        from trustmargin_integrations.backends.openai_compat import OpenAICompatBackend
-
-        backend = OpenAICompatBackend(remote_url, remote_model or model, tokenizer=model,
-                                      max_concurrency=concurrency)
-        if fitted is not None:
-            return TrustMargin.calibrated(backend, fitted, settings)
-        return TrustMargin(backend, settings)
-    # The loader's and the backend's own checks, before anything loads (the CLI boundary
-    # names their errors --model / --device).
-    from trustmargin_integrations.backends import loading
-
-    loading.check_model_source(model)
-    loading.check_device(device)
-    with console.status(f"loading {model} ..."):
-        # Without --calibration the command applies the paper's rule (fitted is None), as
-        # the demo and the paper's tables do; --calibration shipped loads the shipped policy.
-        return TrustMargin.from_pretrained(model, device=device, dtype=dtype, config=settings,
-                                           calibration=fitted)
+    # A bad --calibration fails before anything loads. Without one the command applies the
+    # paper's rule, as the demo and the paper's tables do; 'shipped' loads the shipped policy.
+    fitted = calibration_option(calibration, choice.model, config)
+    choice.check()
+    backend = choice.open()
+    if fitted is not None:
+        return TrustMargin.calibrated(backend, fitted, settings)
+    return TrustMargin(backend, settings)
 
 
 def calibration_option(value: Any, model: str, config: dict[str, Any]) -> Any:
@@ -55,6 +118,16 @@ def calibration_option(value: Any, model: str, config: dict[str, Any]) -> Any:
             raise InvalidInputError(option, "cannot be combined with --calibration (the "
                                     "calibration sets it)", f"drop {option} or --calibration")
     return Calibration.coerce(value, model=model)
+
+
+def usage_line(calibration: Any, path: Path) -> str:
+    """How to load a fitted file: on the backend it was fitted on (a server's spec for a
+    file fitted on one)."""
+    model = calibration.model_id
+    if calibration.backend_kind == "openai":
+        model = f"openai:URL#{calibration.backend_model or model}"
+    return (f"use it: TrustMargin.from_pretrained({model!r}, calibration={str(path)!r}), or "
+            f"--calibration {shown(str(path))}")
 
 
 def calibration_path(value: str | None) -> Path | None:

@@ -11,6 +11,7 @@ from rich.table import Table
 from trustmargin_integrations.cli.app import command, console
 from trustmargin_integrations.cli.boundary import printable, shown_markup
 from trustmargin_integrations.cli.common import (
+    backend_choice,
     calibration_path,
     load_arbiter,
     shorten,
@@ -18,7 +19,9 @@ from trustmargin_integrations.cli.common import (
     write_jsonl,
 )
 from trustmargin_integrations.cli.options import (
+    BackendOpt,
     CalibrationOpt,
+    ConcurrencyOpt,
     DeviceOpt,
     DtypeOpt,
     ModelOpt,
@@ -28,13 +31,15 @@ from trustmargin_integrations.cli.options import (
 
 @command()
 def demo(
-    model: ModelOpt = "smollm2-135m",
+    backend: BackendOpt = None,
+    model: ModelOpt = None,
     limit: Annotated[int | None, typer.Option(min=1, help="Only the first N questions.")] = None,
     top_k: TopKOpt = 3,
     output: Annotated[Path | None, typer.Option(help="Also write the decisions (JSONL).")] = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     calibration: CalibrationOpt = None,
+    concurrency: ConcurrencyOpt = None,
 ) -> None:
     """The main job, offline: index a small corpus, retrieve, answer both ways, arbitrate."""
     from trustmargin_integrations.demo import (
@@ -48,7 +53,9 @@ def demo(
         from trustmargin_integrations.evaluation.rundir import guard_output
 
         guard_output(output, "--output", inputs={"--calibration": calibration_path(calibration)})
-    tm = load_arbiter(model, device, dtype, top_k=top_k, calibration=calibration)
+    choice = backend_choice(backend, model, device=device, dtype=dtype,
+                            concurrency=concurrency)
+    tm = load_arbiter(choice, top_k=top_k, calibration=calibration)
     rows = run_demo(tm, limit=limit, top_k=top_k)
     console.print(_decisions_table(rows, f"TrustMargin demo ({printable(tm.backend.model_id)}, "
                                          f"top-{top_k} BM25)"))

@@ -16,6 +16,14 @@ import typer
 
 from trustmargin_integrations.cli.app import command
 from trustmargin_integrations.cli.boundary import shown
+from trustmargin_integrations.cli.common import BackendChoice, backend_choice
+from trustmargin_integrations.cli.options import (
+    BackendOpt,
+    ConcurrencyOpt,
+    ModelOpt,
+    RemoteModelOpt,
+    RemoteUrlOpt,
+)
 from trustmargin_integrations.environment import variables_named
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.datasets import (
@@ -46,11 +54,9 @@ DATA_ENV = "TRUSTMARGIN_DATA"
 class _Settings:
     """The options of one ``eval`` run, checked."""
 
-    model: str
+    backend: BackendChoice
     top_k: int
     batch_size: int
-    dtype: str | None
-    device: str | None
     run_dir: Path
     noise_limit: int
     noise_levels: list[int]
@@ -62,7 +68,7 @@ class _Settings:
     scoring_form: ScoringForm = "differential"  # how records' own chain answers are compared
 
 
-# Long only by its 21 option declarations (typer reads them from the signature); the body
+# Long only by its 25 option declarations (typer reads them from the signature); the body
 # checks the options, plans the datasets and hands over to _evaluate.
 @command(name="eval")
 def eval_command(
@@ -71,8 +77,11 @@ def eval_command(
                                 "repeat for several.")] = ["cwq"],  # noqa: B006
     data_dir: Annotated[Path | None, typer.Option(
         help=f"Folder with trustmargin/, prag/, hipporag/ (default ${DATA_ENV}).")] = None,
-    model: Annotated[str, typer.Option(help="Named model, directory, .gguf or HF id.")
-                     ] = "smollm2-135m",
+    backend: BackendOpt = None,
+    model: ModelOpt = None,
+    remote_url: RemoteUrlOpt = None,
+    remote_model: RemoteModelOpt = None,
+    concurrency: ConcurrencyOpt = None,
     limit: Annotated[int | None, typer.Option(help="First N questions of each dataset.")
                      ] = None,
     top_k: Annotated[int, typer.Option(help="Passages per question.")] = 3,
@@ -113,9 +122,11 @@ def eval_command(
     ] = None,
 ) -> None:
     """Evaluate Direct, BM25-RAG, TrustMargin, its ablations and the oracle (resumable)."""
+    choice = backend_choice(backend, model, remote_url, remote_model, device=device,
+                            dtype=dtype, concurrency=concurrency)
     settings = _check_options(
-        model=model, limit=limit, top_k=top_k, batch_size=batch_size, dtype=dtype,
-        device=device, run_dir=run_dir, noise_limit=noise_limit, noise_levels=noise_levels,
+        backend=choice, limit=limit, top_k=top_k, batch_size=batch_size, run_dir=run_dir,
+        noise_limit=noise_limit, noise_levels=noise_levels,
         noise_seed=noise_seed, noise_corpus=noise_corpus, pipeline=pipeline,
         pipeline_limit=pipeline_limit, pipeline_corpus=pipeline_corpus)
     # A data folder the environment gave is named by its variable in any error about it.
@@ -157,7 +168,7 @@ def _guard_run_files(run_dir: Path, report: bool, inputs: dict[str, Path | None]
         check_output(path, "--run-dir", inputs=reads)
 
 
-def _check_options(*, model: str, limit: int | None, top_k: int, batch_size: int,
+def _check_options(*, backend: BackendChoice, limit: int | None, top_k: int, batch_size: int,
                    run_dir: Path | None, noise_levels: str, pipeline: str,
                    pipeline_limit: int | None, **rest: Any) -> _Settings:
     """Every option that needs no data, checked in the order a user reads them."""
@@ -184,15 +195,12 @@ def _check_options(*, model: str, limit: int | None, top_k: int, batch_size: int
     if any(not 0 <= lv <= top_k for lv in levels):
         raise InvalidInputError("--noise-levels", f"levels must be within 0..{top_k}",
                                 "replace at most --top-k passages")
-    run_dir = run_dir or Path("runs") / model.replace("/", "_")
+    run_dir = run_dir or Path("runs") / backend.model.replace("/", "_")
     if run_dir.exists() and not run_dir.is_dir():
         raise InvalidInputError("--run-dir", f"{run_dir} is a file, not a directory",
                                 "pass a new or existing run directory")
-    from trustmargin_integrations.backends import loading
-
-    loading.check_model_source(model)  # the CLI boundary names these errors --model, --device
-    loading.check_device(rest["device"])
-    return _Settings(model=model, top_k=top_k, batch_size=batch_size, run_dir=run_dir,
+    backend.check()
+    return _Settings(backend=backend, top_k=top_k, batch_size=batch_size, run_dir=run_dir,
                      noise_levels=levels, pipelines=pipelines, pipeline_limit=pipeline_limit,
                      **rest)
 
@@ -200,7 +208,7 @@ def _check_options(*, model: str, limit: int | None, top_k: int, batch_size: int
 def _evaluate(settings: _Settings,
               plans: list[tuple[str, list[EvalExample], list[EvalExample], PassageSource]]
               ) -> None:
-    """Load the model once and run (or resume) every planned dataset."""
+    """Load the backend once and run (or resume) every planned dataset."""
     from trustmargin_integrations.arbiter import TrustMargin
     from trustmargin_integrations.config import TrustMarginConfig
     from trustmargin_integrations.evaluation.rundir import chain_info, open_store, record_dataset
@@ -208,20 +216,20 @@ def _evaluate(settings: _Settings,
     s = settings
     # The paper's rule, explicitly: eval reproduces the paper (the shipped policy is what
     # `trustmargin check` concluded from such runs, not what they measure).
-    tm = TrustMargin.from_pretrained(s.model, dtype=s.dtype, device=s.device,
-                                     config=TrustMarginConfig(top_k=s.top_k,
-                                                              batch_size=s.batch_size,
-                                                              scoring_form=s.scoring_form),
-                                     calibration=None)
+    tm = TrustMargin(s.backend.open(), TrustMarginConfig(top_k=s.top_k,
+                                                         batch_size=s.batch_size,
+                                                         scoring_form=s.scoring_form))
+    engine = tm.backend.capabilities
     store = open_store(s.run_dir)
     command_line = shlex.join(["trustmargin", *sys.argv[1:]])
     for name, all_examples, examples, source in plans:
         typer.echo(f"{name}: {len(examples)} questions, {source.name} top-{s.top_k}, "
-                   f"model {tm.backend.model_id} ({model_dtype(tm)}), run dir "
-                   f"{shown(str(s.run_dir))}")
+                   f"model {tm.backend.model_id} ({model_dtype(tm)}) on {engine.kind}, "
+                   f"run dir {shown(str(s.run_dir))}")
         records = run_eval(tm, examples, store, source=source, top_k=s.top_k,
                            batch_size=s.batch_size)
-        info = {"model": tm.backend.model_id, "dtype": model_dtype(tm), "retrieval": source.name,
+        info = {"model": tm.backend.model_id, "dtype": model_dtype(tm),
+                "backend": engine.kind, "backend_model": engine.model, "retrieval": source.name,
                 "top_k": s.top_k, "batch_size": s.batch_size, "command": command_line,
                 "first_id": examples[0].id, "last_id": examples[-1].id,
                 "host": f"{platform.machine()}, {os.cpu_count()} CPU cores",

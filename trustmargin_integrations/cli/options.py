@@ -6,10 +6,16 @@ from typing import Annotated
 
 import typer
 
-ModelOpt = Annotated[str, typer.Option(
+BackendOpt = Annotated[list[str] | None, typer.Option(
+    "--backend",
+    help="The engine and model: hf:MODEL (or a bare model name) runs it here, "
+         "openai:URL#MODEL scores on an OpenAI-compatible server (vLLM, llama.cpp) serving "
+         "MODEL. Repeat for several servers of one model. Default: hf:smollm2-135m.")]
+ModelOpt = Annotated[str | None, typer.Option(
     "--model", "-m",
-    help="Named model (smollm2-135m, qwen2.5-1.5b), a local directory, a .gguf file or a "
-         "Hugging Face id.")]
+    help="Shorthand of --backend hf:MODEL: a named model (smollm2-135m, qwen2.5-1.5b), a "
+         "local directory, a .gguf file or a Hugging Face id (with --remote-url: the "
+         "server's tokenizer).")]
 DeviceOpt = Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 ... (default: auto).")]
 DtypeOpt = Annotated[str | None, typer.Option(
     help="float32, bfloat16 or float16 (default: fp32 on CPU, bf16/fp16 on GPU).")]
@@ -19,11 +25,13 @@ PromptsOpt = Annotated[bool, typer.Option(
     help="Attach the exact rendered prompt of each view to every decision.")]
 RemoteUrlOpt = Annotated[str | None, typer.Option(
     "--remote-url",
-    help="Score and generate on an OpenAI-compatible server (vLLM, llama.cpp) instead of "
-         "loading the model here; --model then names its tokenizer (HF id or directory).")]
+    help="Shorthand of --backend openai:URL#MODEL: score and generate on an OpenAI-compatible "
+         "server instead of loading the model here; --model then names its tokenizer (HF id "
+         "or directory).")]
 RemoteModelOpt = Annotated[str | None, typer.Option(
     "--remote-model", help="The model name the server serves (default: --model).")]
-ConcurrencyOpt = Annotated[int, typer.Option(min=1, help="Requests in flight to the server.")]
+ConcurrencyOpt = Annotated[int | None, typer.Option(
+    min=1, help="Requests in flight to each server (default 8; servers only).")]
 TauOpt = Annotated[float | None, typer.Option(
     "--tau", help="Decision threshold: RAG iff M > tau (default: the paper's -1.5).")]
 LambdaOpt = Annotated[float | None, typer.Option(

@@ -10,6 +10,7 @@ import typer
 from trustmargin_integrations.cli.app import command, console
 from trustmargin_integrations.cli.boundary import shown_markup
 from trustmargin_integrations.cli.common import (
+    backend_choice,
     calibration_option,
     calibration_path,
     config_from_options,
@@ -17,6 +18,7 @@ from trustmargin_integrations.cli.common import (
     rule_options,
 )
 from trustmargin_integrations.cli.options import (
+    BackendOpt,
     CalibrationOpt,
     ConcurrencyOpt,
     DeviceOpt,
@@ -37,14 +39,15 @@ def score(
         "JSONL of candidates: question, passages (list of str), direct_answer, rag_answer, "
         "and optionally id (default: line number)."))],
     output: Annotated[Path, typer.Option("--output", "-o", help="Decisions (JSONL).")],
-    model: ModelOpt = "smollm2-135m",
+    backend: BackendOpt = None,
+    model: ModelOpt = None,
     batch_size: Annotated[int, typer.Option(min=1, help="Questions per model call.")] = 8,
     include_prompts: PromptsOpt = False,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     remote_url: RemoteUrlOpt = None,
     remote_model: RemoteModelOpt = None,
-    concurrency: ConcurrencyOpt = 8,
+    concurrency: ConcurrencyOpt = None,
     tau: TauOpt = None,
     lambda_bind: LambdaOpt = None,
     calibration: CalibrationOpt = None,
@@ -58,16 +61,20 @@ def score(
     """
     from trustmargin_integrations.score_file import key_settings, run_score
 
+    choice = backend_choice(backend, model, remote_url, remote_model, device=device,
+                            dtype=dtype, concurrency=concurrency)
     rule = rule_options(tau, lambda_bind)
     settings = config_from_options(batch_size=batch_size, include_prompts=include_prompts,
                                    **rule)
-    fitted = calibration_option(calibration, model, rule)
+    fitted = calibration_option(calibration, choice.model, rule)
     if fitted is not None:
         # The cache key holds the rule in force, so a calibrated run never reuses another's.
         settings = fitted.apply(settings)
-    keyed = key_settings(remote_model or model if remote_url else model, settings,
-                         dtype=dtype, device=device,
-                         remote=redact_url(remote_url) if remote_url else None)
+    choice.check()
+    # A server's results are keyed by its URL, as they always were.
+    keyed = key_settings(choice.model, settings, dtype=dtype, device=device,
+                         remote=None if choice.local else ", ".join(
+                             redact_url(spec.url or "") for spec in choice.specs))
 
     def told(reused: int, todo: int) -> None:
         if reused:
@@ -76,12 +83,10 @@ def score(
 
     report = run_score(
         input, output, keyed,
-        lambda: load_arbiter(model, device, dtype, remote_url=remote_url,
-                             remote_model=remote_model, concurrency=concurrency,
-                             batch_size=batch_size, include_prompts=include_prompts,
+        lambda: load_arbiter(choice, batch_size=batch_size, include_prompts=include_prompts,
                              calibration=fitted, **rule),
         batch_size=batch_size, on_reuse=told, calibration=calibration_path(calibration),
-        numerics=None if remote_url else lambda: _threads(device),
+        numerics=(lambda: _threads(device)) if choice.local else None,
     )
     console.print(f"{report.records} decisions in {shown_markup(str(report.output))} "
                   f"({report.computed} computed, {report.reused} reused)")

@@ -123,6 +123,9 @@ def calibrate_run(
     calibration = Calibration(
         model_id=_only({d.model_id for d in decisions}, "model"),
         dtype=_maybe_only({str(i["dtype"]) for i in info if i.get("dtype")}),
+        backend_kind=_maybe_only({str(i["backend"]) for i in info if i.get("backend")}),
+        backend_model=_maybe_only({str(i["backend_model"]) for i in info
+                                   if i.get("backend_model")}),
         prompt_version=_only({d.prompt_version for d in decisions}, "prompt version"),
         retrieval=RetrievalSetup(mode=", ".join(modes) or None,
                                  top_k=top_ks.pop() if len(top_ks) == 1 else None),

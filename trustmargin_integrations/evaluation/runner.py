@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from trustmargin_integrations.arbiter import TrustMargin
-from trustmargin_integrations.backends.loading import cpu_threads
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.datasets import EvalExample
 from trustmargin_integrations.evaluation.records import (
@@ -127,29 +126,35 @@ class RunSettings:
     threads: int | None = None
     """CPU threads of a local model on CPU (:func:`~..backends.loading.cpu_threads`); None
     on a GPU or a server, and then left out of the key."""
+    engine: str | None = None
+    """``kind:model`` of an engine other than the local one (``openai:smollm2-135m``): a
+    server's answers are its model's, not the local model's of the same name. None for a
+    local model (whose dtype and threads say it), and then left out of the key, so local
+    keys are what they always were."""
 
     def as_dict(self) -> dict[str, Any]:
         """Plain mapping (part of the cache key)."""
-        return {k: v for k, v in self.__dict__.items() if not (k == "threads" and v is None)}
+        return {k: v for k, v in self.__dict__.items()
+                if not (k in ("threads", "engine") and v is None)}
 
 
 def model_dtype(tm: TrustMargin) -> str:
-    """The dtype the backend's model runs in (``"unknown"`` for remote backends)."""
-    model = getattr(tm.backend, "model", None)
-    dtype = getattr(model, "dtype", None)
-    return str(dtype).removeprefix("torch.") if dtype is not None else "unknown"
+    """The dtype the backend's model runs in (``"unknown"`` when it does not say, e.g. a
+    server)."""
+    return tm.backend.capabilities.dtype or "unknown"
 
 
 def settings_for(tm: TrustMargin, *, top_k: int, dtype: str | None, retrieval: str
                  ) -> RunSettings:
     """The key-relevant settings of a run with ``tm`` (dtype defaults to the model's)."""
     cfg = tm.config
-    device = getattr(tm.backend, "device", None)  # a local model's; a server has none
+    engine = tm.backend.capabilities
     return RunSettings(top_k=top_k, dtype=dtype or model_dtype(tm), retrieval=retrieval,
                        max_new_tokens=cfg.max_new_tokens,
                        max_context_tokens=cfg.max_context_tokens,
                        skip_scoring_when_agree=cfg.skip_scoring_when_agree,
-                       threads=None if device is None else cpu_threads(device))
+                       threads=engine.threads,
+                       engine=None if engine.kind == "hf" else engine.label)
 
 
 @dataclass
@@ -219,9 +224,11 @@ def _run_pending(
             decided.update(zip(group, decisions, strict=True))
         return [eval_value(decided[i], p.retrieval_s) for i, p in enumerate(chunk)]
 
-    # Length-sorted chunks keep padding small.
-    pending.sort(key=lambda p: len(p.example.question) + sum(len(t) for t in p.passages))
-    return run_chunks(store, pending, key=lambda p: p.key, compute=arbitrate,
+    # The engine orders the work (a local model by length, so its batches pad little); the
+    # durable chunks then follow that order.
+    lengths = [len(p.example.question) + sum(len(t) for t in p.passages) for p in pending]
+    ordered = [pending[i] for call in tm.backend.batches(lengths, batch_size) for i in call]
+    return run_chunks(store, ordered, key=lambda p: p.key, compute=arbitrate,
                       batch_size=batch_size, desc=desc, progress=progress, on_chunk=on_chunk)
 
 

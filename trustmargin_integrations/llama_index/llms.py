@@ -132,7 +132,7 @@ class LocalLlamaIndexLLM(TypedFields, CustomLLM):
 
     def _new_tokens(self, rendered: str) -> int:
         """Tokens left to generate after ``rendered``; refuses a prompt over the window."""
-        window = getattr(self.backend, "context_window", None) or self.context_window
+        window = self.backend.context_window or self.context_window
         used = len(self.backend.encode_prompt(rendered))
         if used >= window:
             raise InvalidInputError(

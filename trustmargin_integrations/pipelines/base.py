@@ -14,12 +14,11 @@ import math
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 from tqdm.auto import tqdm
 
-from trustmargin_integrations.backends.base import Backend, TokenDecoder, count_tokens_many
+from trustmargin_integrations.backends.base import Backend, TokenDecoder
 from trustmargin_integrations.context import build_context, context_room
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.prompts import format_passage, join_passages, view_texts
@@ -296,7 +295,7 @@ class BasePipeline:
         if not passages:
             return []
         budget = self.max_context_tokens
-        window = getattr(self.backend, "context_window", None)
+        window = self.backend.context_window
         if window:
             room = context_room(window, self.backend.count_tokens(fixed_prompt), reserve)
             if room is None:
@@ -306,7 +305,7 @@ class BasePipeline:
         texts = [p.as_context() for p in passages]
         built = build_context(texts, self.backend.count_tokens, budget,
                               self.backend.truncate_tokens,
-                              partial(count_tokens_many, self.backend))
+                              self.backend.count_tokens_batch)
         kept = list(passages[:built.passages_used])
         if built.truncated:
             # build_context cut the first passage's "title: text" line; keep what is left of

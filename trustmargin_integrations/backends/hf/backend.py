@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from trustmargin_integrations.backends.base import (
+    Capabilities,
     ContinuationRequest,
     ContinuationScore,
     ModelSession,
@@ -129,6 +130,12 @@ def _static_decode_choice(choice: bool | None, model: Any, device: torch.device)
     return choice
 
 
+def numerics_threads(device: torch.device) -> int | None:
+    """The CPU threads that compute a model's numbers on ``device`` (None on a GPU, whose
+    numbers do not depend on them); see :func:`~..loading.cpu_threads`."""
+    return torch.get_num_threads() if device.type == "cpu" else None
+
+
 class HFBackend(LocalTokenizerMixin, TokenDecoding):
     """A local causal LM (transformers) implementing the Backend and TokenDecoder protocols.
 
@@ -169,6 +176,13 @@ class HFBackend(LocalTokenizerMixin, TokenDecoding):
         self.context_window: int | None = window if isinstance(window, int) else None
         self.static_decode = _static_decode_choice(static_decode, model, self.device)
         self.cuda_graphs = cuda_graphs
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """A local transformers model: its name, dtype and (on CPU) thread count."""
+        return Capabilities(kind="hf", model=self.model_id,
+                            dtype=str(self.model.dtype).removeprefix("torch."),
+                            threads=numerics_threads(self.device))
 
     @classmethod
     def load(

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import httpx
 
 from trustmargin_integrations.backends.base import (
+    Capabilities,
     ContinuationRequest,
     ContinuationScore,
     ModelSession,
@@ -144,6 +145,11 @@ class OpenAICompatBackend(LocalTokenizerMixin):
         self._chat = self.has_chat_template
         self._http = CompletionsTransport(settings, max_concurrency=max_concurrency,
                                           transport=transport)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """A server: its served model name; its dtype and threads are not known here."""
+        return Capabilities(kind="openai", model=self.model)
 
     @property
     def requests_sent(self) -> int:

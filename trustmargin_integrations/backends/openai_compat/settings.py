@@ -88,6 +88,15 @@ def _check_backoff(backoff_s: Any) -> float:
     return float(backoff_s)
 
 
+def check_server_url(url: str, field: str) -> None:
+    """Refuse a URL no server can be reached at, as the backend would (named ``field``),
+    before anything is loaded."""
+    try:
+        _root_url(url)
+    except InvalidInputError as exc:
+        raise InvalidInputError(field, exc.problem, exc.fix) from None
+
+
 def _root_url(url: str) -> tuple[str, tuple[str, str] | None]:
     """The server root (``http://host:port`` or ``http://host:port/v1`` accepted) without
     credentials, and the ``user:password@`` credentials it held."""

@@ -1,0 +1,136 @@
+"""Backend specs: the one text form that names an engine and its model.
+
+``--backend`` on every command, ``TrustMargin.from_pretrained(...)`` and
+:func:`~trustmargin_integrations.backends.loading.load_backend` all take a spec:
+
+- ``hf:MODEL``, or ``MODEL`` alone: the local transformers backend on a named model
+  (``smollm2-135m``), a model directory, a ``.gguf`` file or a Hugging Face id;
+- ``openai:URL#MODEL``: an OpenAI-compatible server (vLLM, llama.cpp) at ``URL`` serving
+  ``MODEL``, whose tokenizer is also loaded from ``MODEL`` (it must then be a named model,
+  a directory, a ``.gguf`` file or a Hugging Face id); ``openai:URL#model=NAME&tokenizer=SRC``
+  names a tokenizer apart from the served name.
+
+The served model name is part of the spec, not asked of the server: it is part of every cache
+key and of the model id every Decision records, so a run must know it before its first
+request (``GET URL/v1/models`` lists what a server serves).
+
+The older options are shorthands of a spec (:meth:`BackendSpec.from_shorthand`):
+``--model M`` is ``hf:M``; ``--remote-url U [--remote-model R] --model M`` is
+``openai:U#model=R&tokenizer=M`` (R defaults to M).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.urls import redact_url
+
+DEFAULT_MODEL = "smollm2-135m"
+"""The model a command loads when no backend is named (the embedded SmolLM2-135M)."""
+
+BackendKind = Literal["hf", "openai"]
+KINDS: tuple[BackendKind, ...] = ("hf", "openai")
+
+_FORMS = ("hf:MODEL (e.g. hf:smollm2-135m, hf:/path/to/model), a bare model name, or "
+          "openai:URL#MODEL (e.g. openai:http://127.0.0.1:8000/v1#smollm2-135m)")
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """One engine and its model, parsed and checked (nothing loaded).
+
+    Attributes:
+        kind: ``hf`` (local transformers) or ``openai`` (an OpenAI-compatible server).
+        model: the model: for ``hf`` what to load, for ``openai`` the served model name.
+        url: the server URL (``openai`` only).
+        tokenizer: where the ``openai`` backend loads its tokenizer (default: ``model``).
+    """
+
+    kind: BackendKind
+    model: str
+    url: str | None = None
+    tokenizer: str | None = None
+
+    @classmethod
+    def parse(cls, text: str, field: str = "--backend") -> BackendSpec:
+        """The spec ``text`` names.
+
+        Raises:
+            InvalidInputError: (named ``field``) not a spec, an unknown kind, an ``openai``
+                spec without a URL or a served model name.
+        """
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidInputError(field, f"must be a model name, directory, .gguf file or "
+                                    f"Hugging Face id, or a backend spec, got {text!r}",
+                                    f"pass {_FORMS}")
+        text = text.strip()
+        kind, sep, rest = text.partition(":")
+        # A bare name, a path (C:\... or ./x) or an HF id has no known kind before its colon.
+        if not sep or kind not in KINDS:
+            if sep and kind.isalpha() and len(kind) > 1 and not rest.startswith("\\"):
+                raise InvalidInputError(field, f"unknown backend kind {kind!r} in {text!r}",
+                                        f"use one of {', '.join(KINDS)}: {_FORMS}")
+            return cls("hf", text)
+        if kind == "hf":
+            if not rest.strip():
+                raise InvalidInputError(field, f"{text!r} names no model", f"pass {_FORMS}")
+            return cls("hf", rest.strip())
+        return cls._parse_openai(text, rest, field)
+
+    @classmethod
+    def _parse_openai(cls, text: str, rest: str, field: str) -> BackendSpec:
+        from trustmargin_integrations.backends.openai_compat.settings import check_server_url
+
+        url, _, fragment = rest.partition("#")
+        check_server_url(url, field)
+        values: dict[str, str] = {}
+        for i, item in enumerate(p for p in fragment.split("&") if p):
+            key, eq, value = item.partition("=")
+            if not eq and i == 0:
+                key, value = "model", item
+            if key not in ("model", "tokenizer") or not value.strip() or key in values:
+                raise InvalidInputError(field, f"{item!r} after '#' in an openai spec is not "
+                                        "model=NAME or tokenizer=SOURCE (once each)",
+                                        "write openai:URL#MODEL or "
+                                        "openai:URL#model=NAME&tokenizer=SOURCE")
+            values[key] = value.strip()
+        if "model" not in values:
+            raise InvalidInputError(field, f"{redact_url(url)!r} names no served model",
+                                    f"add it after '#': openai:{redact_url(url)}#MODEL "
+                                    "(GET URL/v1/models lists the served names)")
+        return cls("openai", values["model"], url=url, tokenizer=values.get("tokenizer"))
+
+    @classmethod
+    def coerce(cls, value: str | BackendSpec, field: str = "model") -> BackendSpec:
+        """A spec as it is, or parsed from its text."""
+        return value if isinstance(value, BackendSpec) else cls.parse(value, field)
+
+    @classmethod
+    def from_shorthand(cls, model: str | None, remote_url: str | None = None,
+                       remote_model: str | None = None) -> BackendSpec:
+        """The spec the older options name (the one place they are mapped):
+        ``--model M`` is ``hf:M``; with ``--remote-url U`` it is the server at ``U`` serving
+        ``--remote-model`` (default ``M``) with ``M``'s tokenizer."""
+        name = model or DEFAULT_MODEL
+        if remote_url is None:
+            if remote_model is not None:
+                raise InvalidInputError("--remote-model", "needs --remote-url",
+                                        "pass --remote-url URL too, or "
+                                        "--backend openai:URL#MODEL")
+            return cls.parse(name, "--model")
+        # The URL is checked where it always was, by the backend as it loads.
+        return cls("openai", remote_model or name, url=remote_url, tokenizer=name)
+
+    @property
+    def tokenizer_source(self) -> str:
+        """Where a server backend's tokenizer comes from (its own, or the model's)."""
+        return self.tokenizer or self.model
+
+    def __str__(self) -> str:
+        """The spec as text, without credentials, query or fragment in its URL."""
+        if self.kind == "hf":
+            return f"hf:{self.model}"
+        extra = f"&tokenizer={self.tokenizer}" if self.tokenizer else ""
+        return f"openai:{redact_url(self.url or '')}#model={self.model}{extra}"
