@@ -46,11 +46,11 @@ from typing import Any, TypeVar
 
 from trustmargin_integrations.backends.base import (
     Backend,
+    Capabilities,
     ContinuationRequest,
     ContinuationScore,
     ModelSession,
     StopPredicate,
-    count_tokens_many,
     plain_session,
 )
 from trustmargin_integrations.errors import (
@@ -170,7 +170,17 @@ class Fleet:
 
     def count_tokens_batch(self, texts: Sequence[str]) -> list[int]:
         """Tokens of each text, batched where the members' tokenizer can."""
-        return count_tokens_many(self.members[0], texts)
+        return self.members[0].count_tokens_batch(texts)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """The members' (checked to serve one model): a run's cache keys are those of a
+        single server, whichever member answered."""
+        return self.members[0].capabilities
+
+    def batches(self, lengths: Sequence[int], size: int) -> list[list[int]]:
+        """The members' grouping of requests into calls."""
+        return self.members[0].batches(lengths, size)
 
     def truncate_tokens(self, text: str, max_tokens: int) -> str:
         """The first ``max_tokens`` tokens of ``text``, as text."""

@@ -87,16 +87,11 @@ def load_backends(specs: Sequence[str | BackendSpec], *, in_flight: int | None =
     parsed = check_backends(specs, field=field, **kwargs)
     if len(parsed) == 1:
         return load_backend(parsed[0], field=field, **kwargs)
-    try:
-        from trustmargin_integrations.backends.fleet import (  # type: ignore[import-not-found]
-            Fleet,
-        )
-    except ImportError:
-        raise InvalidInputError(field, "several backends need the fleet, which this build "
-                                "of trustmargin-integrations lacks", "pass one backend") from None
+    from trustmargin_integrations.backends.fleet import Fleet
+
     members = [load_backend(spec, field=field, **kwargs) for spec in parsed]
     bound = {} if in_flight is None else {"in_flight": in_flight}  # else the fleet's default
-    return Fleet(members, **bound)  # type: ignore[no-any-return]
+    return Fleet(members, **bound)
 
 
 def check_backends(specs: Sequence[str | BackendSpec], *, field: str = "model",
