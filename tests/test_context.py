@@ -106,7 +106,7 @@ def _reference(passages: list[str], budget: int, backend: HFBackend) -> BuiltCon
 def test_a_huge_passage_is_counted_by_its_head_and_the_context_is_unchanged(
     backend: HFBackend, shape: str
 ) -> None:
-    """Issue 19, item 5: only a budget's worth of a huge passage is ever tokenized, and the
+    """Only a budget's worth of a huge passage is ever tokenized, and the
     context is the one that counting the whole passage gives (also for text of many
     characters per token, where the head must grow)."""
     unit = {"prose": "The Zelvora Bridge was designed by Marta Okonkwo in 1962. ",

@@ -349,7 +349,7 @@ def test_live_missing_index_is_a_clear_error() -> None:
         es.search("anything", 3)
 
 
-# -- issue 19: secrets in every form, bounded waits (a fault-injecting server on 127.0.0.1) ----
+# -- secrets in every form, bounded waits (a fault-injecting server on 127.0.0.1) -------------
 # tests/fault_server.py stands in for Elasticsearch: a real one cannot be made to hang or to
 # echo credentials on demand. The client, its transport, retries and timeouts are real.
 
@@ -427,7 +427,7 @@ def test_a_server_that_trickles_its_headers_or_body_is_given_up_near_the_total(
     from fault_server import Answer, FaultServer, elapsed, scripted
 
     # A byte every 0.5 s: each read returns inside the 1 s per-attempt limit, so the urllib3
-    # node read on for minutes per attempt (60-120 s per call at timeout_s=6 in the issue).
+    # node read on for minutes per attempt (60-120 s per call at timeout_s=6, as reported).
     trickle = Answer(body=ONE_HIT, headers=ES_HEADERS,
                      **{"trickle_headers_s" if where == "headers" else "trickle_s": 0.5})
     with FaultServer(scripted([Answer(body=ONE_HIT, headers=ES_HEADERS)], then=trickle)

@@ -300,7 +300,7 @@ def test_bad_hyper_parameters_are_refused_before_the_model(router: TrustMarginRo
         router.invoke(BRIDGE, config={"configurable": {"tau": math.nan}})
     assert err.value.field == "configurable.tau"
     assert session.calls == []
-    with pytest.raises(InvalidInputError) as err:  # one error type at every edge (issue 24)
+    with pytest.raises(InvalidInputError) as err:  # one error type at every edge
         TrustMarginRouter(tm=tm, lambda_bind=math.inf)
     assert err.value.field == "lambda_bind"
 

@@ -1,4 +1,4 @@
-"""The chains people write (issue 18): TrustMargin inserted into LangChain's tutorial-shaped
+"""The chains people write: TrustMargin inserted into LangChain's tutorial-shaped
 RAG chain by one call, full chat answers, the local LLM and chat model, readable outputs.
 
 Real parts throughout: the embedded SmolLM2 model (``tm``/``backend`` fixtures), a real BM25

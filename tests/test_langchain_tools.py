@@ -1,4 +1,4 @@
-"""The local chat model takes tools and gives structured output (issue 24, item 6), on the real
+"""The local chat model takes tools and gives structured output, on the real
 embedded SmolLM2-135M: schema-guided decoding writes the JSON and the model fills the values;
 a reply that cannot fit the schema is a clear typed error. A real LangGraph ToolNode runs the
 tool call and the model reads the result back.

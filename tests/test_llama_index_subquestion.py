@@ -1,5 +1,5 @@
 """LlamaIndex's SubQuestionQueryEngine with the local LLM, and its decision reachable in the
-response (issue 24, item 6).
+response.
 
 Real parts: SubQuestionQueryEngine, QueryEngineTools over RetrieverQueryEngines, LlamaIndex's
 own LLMQuestionGenerator (which a 135M model cannot drive), the embedded SmolLM2 model.

@@ -1,4 +1,4 @@
-"""Resume equals the uninterrupted run at any batch size (issue 19, item 2).
+"""Resume equals the uninterrupted run at any batch size.
 
 A model batch's numbers depend, in their low bits, on which questions share it (left padding,
 float reduction order: about 1e-6 on CPU). Before, a resumed run re-batched only what was
