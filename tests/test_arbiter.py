@@ -268,6 +268,7 @@ def test_markdown_labels_never_decide(tm: TrustMargin) -> None:
     assert d.direct_spans is None and d.m is None
 
 
+@pytest.mark.slow
 def test_answer_runs_the_whole_pipeline_over_a_retriever(tm: TrustMargin) -> None:
     from trustmargin_integrations import BM25Index
 

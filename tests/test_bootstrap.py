@@ -144,6 +144,7 @@ def test_demo_summary_has_intervals_and_differences() -> None:
     assert result.f1 == summarize(rows, resamples=1000, seed=4).f1
 
 
+@pytest.mark.slow
 def test_demo_command_prints_intervals(backend: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from trustmargin_integrations.cli import app
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from score_support import ENV, GOOD, PASSAGE, run_cli, write_jsonl
 from typer.testing import CliRunner
 
@@ -21,6 +22,7 @@ from trustmargin_integrations.cli import app
 runner = CliRunner()
 
 
+@pytest.mark.slow
 def test_markup_in_questions_and_answers_is_printed_literally(demo_corpus_jsonl: Path) -> None:
     question = "Who designed [/] the [bold]Zelvora[/bold] Bridge?"
     result = runner.invoke(app, ["ask", question, "--corpus", str(demo_corpus_jsonl),
@@ -55,6 +57,7 @@ def test_errors_are_one_unwrapped_line_at_80_columns(tmp_path: Path) -> None:
     assert done.stdout == ""
 
 
+@pytest.mark.slow
 def test_ask_with_a_non_utf8_argument_exits_2(demo_corpus_jsonl: Path) -> None:
     # Python decodes the byte 0xff of argv with surrogateescape: the question is "\udcff".
     done = subprocess.run([sys.executable, "-m", "trustmargin_integrations", "ask", b"\xff",

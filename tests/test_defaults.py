@@ -107,6 +107,7 @@ def test_a_model_without_a_shipped_policy_gets_the_paper_rule_and_says_so_once(
     assert "calibration=None" in said[0]
 
 
+@pytest.mark.slow
 def test_the_default_keeps_the_retrieved_answer_where_the_paper_rule_keeps_a_hallucination(
         loads: list[Any]) -> None:
     # The answers docs/llamaindex.md's first example produced, routed by a real LangChain
@@ -124,6 +125,7 @@ def test_the_default_keeps_the_retrieved_answer_where_the_paper_rule_keeps_a_hal
     assert default.m_bind == pytest.approx(paper.m_bind, abs=1e-4)
 
 
+@pytest.mark.slow
 def test_eval_reproduces_the_paper_with_its_rule(loads: list[Any], tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     made: list[TrustMargin] = []
@@ -155,6 +157,7 @@ def test_a_model_load_prints_no_progress_bar(capfd: pytest.CaptureFixture[str]) 
     assert "Loading weights" not in captured.err + captured.out
 
 
+@pytest.mark.slow
 def test_a_notebook_loads_the_model_without_a_warning_or_a_bar(tmp_path: Path) -> None:
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(

@@ -425,6 +425,7 @@ ONE_HIT = {"took": 1, "timed_out": False,
                     "hits": [{"_id": "p0", "_score": 1.5, "_source": {"id": "p0", "text": "t"}}]}}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["headers", "body"])
 def test_a_server_that_trickles_its_headers_or_body_is_given_up_near_the_total(
     no_es_env: None, where: str
@@ -513,6 +514,7 @@ def test_a_malformed_multi_search_answer_is_a_typed_error(no_es_env: None, body:
     assert "Fix:" in str(err.value)
 
 
+@pytest.mark.slow
 def test_a_server_that_ignores_the_size_is_refused_not_read_for_100k_passages(
     no_es_env: None
 ) -> None:

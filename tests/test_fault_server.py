@@ -358,6 +358,7 @@ def test_an_answer_that_trickles_is_cut_at_the_total(serve: Any, tokenizer: Any)
     assert took < 2.5, took
 
 
+@pytest.mark.slow
 def test_a_server_that_trickles_its_headers_or_body_is_cut_at_the_deadline(
     serve: Any, tokenizer: Any
 ) -> None:
@@ -521,6 +522,7 @@ def score(server: FaultServer, src: Path, out: Path) -> subprocess.CompletedProc
         capture_output=True, text=True, env=env, timeout=300, check=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("how", "said"), [
     ("nan", "is NaN"),
     ("extra value", "entries for"),

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from trustmargin_integrations import TrustMargin
 from trustmargin_integrations.evaluation.datasets import load_dataset
 from trustmargin_integrations.evaluation.longform import FORMS, longform_table, run_longform
@@ -15,6 +17,7 @@ DATA_DIR = Path(os.environ.get("TRUSTMARGIN_DATA")
                 or Path(__file__).resolve().parents[2] / "shared" / "data" / "raw")
 
 
+@pytest.mark.slow
 def test_every_form_from_one_generation_and_resumed(tm: TrustMargin, tmp_path: Path) -> None:
     examples = load_dataset("cwq", DATA_DIR)[:2]
     store = tmp_path / "longform.jsonl"

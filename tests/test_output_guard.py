@@ -191,6 +191,7 @@ def test_a_hard_link_to_an_input_is_the_input(tmp_path: Path) -> None:
         check_output(tmp_path / "alias.json", "--out", inputs={"LABELED": six})
 
 
+@pytest.mark.slow
 def test_a_crafted_dataset_name_cannot_write_outside_the_run(
     tm: TrustMargin, tmp_path: Path
 ) -> None:

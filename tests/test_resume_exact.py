@@ -114,6 +114,7 @@ def _run(src: Path, out: Path, batch: int) -> None:
     assert proc.returncode == 0, err.decode(errors="replace")[-2000:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch", [8, 3])
 def test_killed_and_resumed_score_equals_the_uninterrupted_run(tmp_path: Path,
                                                                batch: int) -> None:

@@ -53,6 +53,7 @@ class _Interrupting:
         return self.tm.arbitrate_batch(items, **kwargs)
 
 
+@pytest.mark.slow
 def test_an_interrupted_rerun_leaves_the_previous_output_intact(
     tm: TrustMargin, tmp_path: Path
 ) -> None:
@@ -99,6 +100,7 @@ def test_a_dict_as_passages_is_a_typed_error_in_score(tmp_path: Path) -> None:
 # -- resume follows the content ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_resume_follows_the_content_across_files_models_and_ids(
     tm: TrustMargin, tmp_path: Path
 ) -> None:
@@ -193,6 +195,7 @@ def _cached_output(tm: TrustMargin, root: Path, lines: int) -> tuple[Path, Path]
     return write_jsonl(root / "in.jsonl", [{**GOOD, "id": f"q{i}"} for i in range(lines)]), out
 
 
+@pytest.mark.slow
 def test_two_score_processes_on_one_output_both_finish(tm: TrustMargin, tmp_path: Path) -> None:
     """Two real ``score`` processes write one output, 12 times each, at the same time. Before,
     one crashed (FileNotFoundError) in most rounds: its stale-temp cleanup deleted the other's

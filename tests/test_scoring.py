@@ -61,6 +61,7 @@ def _assert_matches_reference(tm: TrustMargin, backend: HFBackend, inputs: list[
     assert checked >= 12, "too few scored questions to compare"
 
 
+@pytest.mark.slow
 def test_fast_path_equals_reference_with_generation(tm: TrustMargin, backend: HFBackend) -> None:
     _assert_matches_reference(tm, backend, _cwq(3))
 
@@ -75,6 +76,7 @@ def test_fast_path_equals_reference_with_given_candidates(
     _assert_matches_reference(tm, backend, inputs)
 
 
+@pytest.mark.slow
 def test_fast_and_plain_sessions_agree(backend: HFBackend) -> None:
     """The same session calls, with the cache-branching planner on and off."""
     tm = TrustMargin(backend)
@@ -163,6 +165,7 @@ def test_generation_is_deterministic_and_batch_invariant(backend: HFBackend) -> 
     assert first == [backend.generate([p], max_new_tokens=12)[0] for p in prompts]
 
 
+@pytest.mark.slow
 def test_eager_attention_uses_an_additive_mask_and_still_agrees(
     tm: TrustMargin, backend: HFBackend
 ) -> None:
