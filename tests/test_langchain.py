@@ -258,6 +258,7 @@ def test_default_run_name_is_the_router(router: TrustMarginRouter) -> None:
 # -- per-call hyper-parameters -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_configurable_tau_changes_the_decision(tm: TrustMargin, router: TrustMarginRouter,
                                                batched: dict[str, Any]) -> None:
     m = batched["decisions"][0].m
@@ -534,6 +535,7 @@ def test_local_llm_cuts_at_stop_sequences(backend: Any) -> None:
 # -- the chain ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_lcel_chain_matches_the_core_and_traces_every_step(short: TrustMargin,
                                                            index: BM25Index) -> None:
     llm = LocalLLM.from_trustmargin(short, max_new_tokens=short.config.max_new_tokens)
@@ -592,6 +594,7 @@ def test_lcel_chain_without_documents_answers_closed_book(short: TrustMargin,
     assert "rag" not in names  # no RAG generation on an empty context
 
 
+@pytest.mark.slow
 def test_pure_core_chain_is_one_answer_batch_call(short: TrustMargin, index: BM25Index) -> None:
     # Any LangChain retriever works, here an LCEL retriever chain (not a TrustMarginRetriever).
     lc_retriever = TrustMarginRetriever(retriever=index, k=2) | RunnableLambda(list)
