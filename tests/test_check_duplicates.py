@@ -196,6 +196,7 @@ def test_blank_passages_are_refused_before_the_model_loads(
     assert "--corpus" in error and "--retrieval" not in error
 
 
+@pytest.mark.slow
 def test_check_answers_each_distinct_question_once(
         tm: TrustMargin, monkeypatch: pytest.MonkeyPatch, rows: list[dict[str, object]],
         runs: tuple[Path, Path], tmp_path: Path) -> None:

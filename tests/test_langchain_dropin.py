@@ -121,6 +121,7 @@ def test_drop_in_keeps_the_scripted_chains_input_and_full_string_output(
     assert guarded.output_schema.model_json_schema()["type"] == "string"
 
 
+@pytest.mark.slow
 def test_drop_in_with_the_real_chat_model_returns_its_full_answer(
         tm: TrustMargin, retriever: TrustMarginRetriever) -> None:
     chat = LocalChatModel.from_trustmargin(tm, max_new_tokens=40)

@@ -275,6 +275,7 @@ def test_a_live_stream_corrects_itself_when_the_other_side_wins(
     assert err.value.field == "live"
 
 
+@pytest.mark.slow
 def test_the_guarded_chain_stays_a_full_runnable(retriever: TrustMarginRetriever,
                                                  tm: TrustMargin) -> None:
     guarded = with_trustmargin(tutorial(retriever), tm)

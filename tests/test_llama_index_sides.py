@@ -75,6 +75,7 @@ def engine(index: BM25Index, tm: TrustMargin, llm: Any, *, streaming: bool = Fal
 # -- sources follow the kept side -------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_sources_are_the_kept_answers(index: BM25Index, llm: LocalLlamaIndexLLM,
                                           keep_rag: TrustMargin,
                                           keep_direct: TrustMargin) -> None:
@@ -133,6 +134,7 @@ def test_a_sync_query_generates_both_sides_at_once(index: BM25Index,
 # -- a streaming engine streams the kept side -------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_streaming_engine_streams_the_kept_sides_pieces(
         index: BM25Index, llm: LocalLlamaIndexLLM, keep_rag: TrustMargin,
         keep_direct: TrustMargin) -> None:

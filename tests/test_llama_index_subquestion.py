@@ -82,6 +82,7 @@ def test_llamaindex_own_generator_cannot_be_driven_by_the_small_model(
             [t.metadata for t in tools], QueryBundle(QUESTION))
 
 
+@pytest.mark.slow
 def test_sub_questions_name_real_tools_and_the_decision_reaches_the_response(
         tm: TrustMargin, llm: LocalLlamaIndexLLM, tools: list[QueryEngineTool],
         decisions: Decisions) -> None:

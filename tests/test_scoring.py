@@ -66,6 +66,7 @@ def test_fast_path_equals_reference_with_generation(tm: TrustMargin, backend: HF
     _assert_matches_reference(tm, backend, _cwq(3))
 
 
+@pytest.mark.slow
 def test_fast_path_equals_reference_with_given_candidates(
     tm: TrustMargin, backend: HFBackend
 ) -> None:
@@ -103,6 +104,7 @@ def test_fast_and_plain_sessions_agree(backend: HFBackend) -> None:
         assert f.mean == pytest.approx(p.mean, abs=TOL)
 
 
+@pytest.mark.slow
 def test_session_scores_any_request_shape(backend: HFBackend) -> None:
     """Prompts with no generation cache, repeated prompts, duplicate and empty answers: the
     planner prefills what no cache covers and branches the rest, and every number equals the
@@ -130,6 +132,7 @@ def test_session_scores_any_request_shape(backend: HFBackend) -> None:
             assert f.mean == pytest.approx(p.mean, abs=TOL)
 
 
+@pytest.mark.slow
 def test_batch_of_n_equals_n_single_calls(tm: TrustMargin) -> None:
     inputs = _cwq(3)
     batched = TrustMargin(tm.backend, TrustMarginConfig(batch_size=3)).arbitrate_batch(inputs)
@@ -157,6 +160,7 @@ def test_greedy_generation_matches_transformers_generate(backend: HFBackend) -> 
     assert backend.generate([prompt], max_new_tokens=20)[0] == theirs
 
 
+@pytest.mark.slow
 def test_generation_is_deterministic_and_batch_invariant(backend: HFBackend) -> None:
     prompts = [backend.render_prompt(f"Question:\n{q}\n\nAnswer:")
                for q in ("Who wrote Hamlet?", "What is the largest ocean on Earth by area?")]
