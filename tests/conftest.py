@@ -1,11 +1,16 @@
-"""Shared fixtures: the real embedded model, loaded once per test session."""
+"""Shared fixtures: the real embedded model, loaded once per test session (once per worker
+under ``pytest -n``), and the demo corpus as a JSONL file."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 
 from trustmargin_integrations import TrustMargin
 from trustmargin_integrations.backends.hf import HFBackend
+from trustmargin_integrations.demo import demo_corpus
 
 
 @pytest.fixture(scope="session")
@@ -18,3 +23,12 @@ def backend() -> HFBackend:
 def tm(backend: HFBackend) -> TrustMargin:
     """A TrustMargin arbiter with the paper's default hyper-parameters."""
     return TrustMargin(backend)
+
+
+@pytest.fixture(scope="session")
+def demo_corpus_jsonl(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo corpus written as a JSONL corpus file (``--corpus``)."""
+    path = tmp_path_factory.mktemp("corpus") / "corpus.jsonl"
+    path.write_text("".join(json.dumps(p.model_dump()) + "\n" for p in demo_corpus()),
+                    encoding="utf-8")
+    return path

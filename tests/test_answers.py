@@ -55,7 +55,7 @@ def test_normalize_and_agree() -> None:
     assert not answers_agree("the", "a")
 
 
-# Chat-style answers as LangChain / LlamaIndex chains produce them (issue 18): the scored form is
+# Chat-style answers as LangChain / LlamaIndex chains produce them: the scored form is
 # the answering sentence, never a preamble or a markdown label.
 CHAT_ANSWERS = [
     ("The Velmora Bridge was designed by the engineer Tomas Rilke.\n\nSome further details:\n"

@@ -1,4 +1,4 @@
-"""Bad arguments to the public API are typed errors naming the argument (issue 19, item 3):
+"""Bad arguments to the public API are typed errors naming the argument:
 before, each of these raised a raw TypeError, AttributeError or RuntimeError."""
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from score_support import PASSAGE, QUESTION
 
 from trustmargin_integrations import (
     Decision,
@@ -267,6 +268,7 @@ def test_markdown_labels_never_decide(tm: TrustMargin) -> None:
     assert d.direct_spans is None and d.m is None
 
 
+@pytest.mark.slow
 def test_answer_runs_the_whole_pipeline_over_a_retriever(tm: TrustMargin) -> None:
     from trustmargin_integrations import BM25Index
 
@@ -308,3 +310,15 @@ def test_window_errors_use_the_callers_field_names(tm: TrustMargin) -> None:
         tm.prepare({"question": "why " * 9000, "passages": ["p"]},
                    names={"question": "query"})
     assert err.value.field == "query"
+
+
+def test_rearbitrating_a_prepared_question_records_its_warnings_once(tm: TrustMargin) -> None:
+    legacy = TrustMargin(tm.backend, TrustMarginConfig(scoring_form="sentence"))
+    prepared = legacy.prepare({"question": QUESTION, "passages": [PASSAGE],
+                               "direct_answer": "Sure! Gustave Eiffel.\n\nMore.",
+                               "rag_answer": "Marta Okonkwo"})
+    first = legacy.arbitrate_batch([prepared])[0]
+    again = legacy.arbitrate_batch([prepared])[0]
+    assert any("direct_answer: scored on its short form" in w for w in first.warnings)
+    assert again.warnings == first.warnings
+    assert (again.m, again.answer) == (first.m, first.answer)

@@ -107,7 +107,7 @@ print("ok")
     assert marker.read_text().split() == ["jax"]
 
 
-# -- issue 26: typed errors for bad k, damaged indexes and non-UTF-8 files -------------------
+# -- typed errors for bad k, damaged indexes and non-UTF-8 files -------------------------------
 
 SMALL = [Passage(id="a", title="Paris", text="Paris is the capital of France."),
          Passage(id="b", title="Berlin", text="Berlin is the capital of Germany."),

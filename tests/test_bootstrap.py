@@ -6,10 +6,12 @@ constant shift, constant groups) or from the normal approximation of a proportio
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from cli_support import run_main
 from typer.testing import CliRunner
 
 from trustmargin_integrations.arbiter import TrustMargin
@@ -142,6 +144,7 @@ def test_demo_summary_has_intervals_and_differences() -> None:
     assert result.f1 == summarize(rows, resamples=1000, seed=4).f1
 
 
+@pytest.mark.slow
 def test_demo_command_prints_intervals(backend: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from trustmargin_integrations.cli import app
 
@@ -161,3 +164,16 @@ def test_demo_command_prints_intervals(backend: Any, monkeypatch: pytest.MonkeyP
     assert ("qwen2.5-1.5b, 115 hotpotqa + 50 cwq + 50 2wiki held-out benchmark questions"
             in out)
     assert "shipped policy (always-RAG)" in out
+
+
+def test_bootstrap_resamples_are_capped_before_any_work(tmp_path: Path) -> None:
+    """``calibrate --resamples 100000000`` grew past 6 GB; now it is one typed line."""
+    from trustmargin_integrations.evaluation.bootstrap import MAX_RESAMPLES, paired_bootstrap
+
+    with pytest.raises(InvalidInputError) as err:
+        paired_bootstrap({"direct": [0.0, 1.0], "rag": [1.0, 1.0]},
+                         resamples=MAX_RESAMPLES + 1)
+    assert err.value.field == "resamples"
+    for command in ("calibrate", "check"):
+        run = run_main(command, str(tmp_path / "no_run"), "--resamples", "100000000")
+        assert run.exit_code == 2 and "--resamples" in run.output, run.output

@@ -39,6 +39,7 @@ def test_eval_keys_name_the_thread_count(tm: TrustMargin, threads: None) -> None
     assert keys[0] != keys[1] and keys[0] == keys[2]
 
 
+@pytest.mark.slow
 def test_score_recomputes_under_another_thread_count(
         tm: TrustMargin, threads: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from trustmargin_integrations.backends.hf import HFBackend

@@ -242,6 +242,7 @@ def test_a_mismatched_calibration_is_refused(
         TrustMarginConfig()
 
 
+@pytest.mark.slow
 def test_calibrate_command_end_to_end_on_a_real_run(tm: TrustMargin, tmp_path: Path) -> None:
     from trustmargin_integrations.demo import demo_corpus, demo_questions
     from trustmargin_integrations.evaluation.datasets import load_dataset

@@ -40,6 +40,7 @@ def test_jsonl_records_load_and_a_bad_line_is_named(tmp_path: Path) -> None:
     assert err.value.field == "bad.jsonl:2"
 
 
+@pytest.mark.slow
 def test_check_runs_end_to_end_on_a_labeled_file(
         tm: TrustMargin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from trustmargin_integrations.backends.hf import HFBackend

@@ -84,6 +84,7 @@ def runs(tm: TrustMargin, rows: list[dict[str, object]],
     return distinct, _run(tm, folder, repeated_rows)
 
 
+@pytest.mark.slow
 def test_copies_do_not_change_the_verdict(runs: tuple[Path, Path]) -> None:
     distinct, repeated = runs
     kwargs = {"folds": 2, "resamples": 500}
@@ -96,6 +97,7 @@ def test_copies_do_not_change_the_verdict(runs: tuple[Path, Path]) -> None:
     assert all(f.n_train + f.n_test == 8 for f in copied.nested.folds)
 
 
+@pytest.mark.slow
 def test_copies_never_sit_on_both_sides_of_the_holdout(runs: tuple[Path, Path]) -> None:
     from trustmargin_integrations.evaluation.distinct import question_key
 
@@ -112,6 +114,7 @@ def test_copies_never_sit_on_both_sides_of_the_holdout(runs: tuple[Path, Path]) 
     assert len({texts[i] for i in copied.fitted_on.question_ids}) == 4
 
 
+@pytest.mark.slow
 def test_calibrate_fits_on_distinct_questions(runs: tuple[Path, Path]) -> None:
     distinct, repeated = runs
     alone, _ = calibrate_run(distinct, folds=2, resamples=300)
@@ -120,6 +123,7 @@ def test_calibrate_fits_on_distinct_questions(runs: tuple[Path, Path]) -> None:
     assert (copied.lambda_bind, copied.tau) == (alone.lambda_bind, alone.tau)
 
 
+@pytest.mark.slow
 def test_the_commands_warn_and_name_the_copies(runs: tuple[Path, Path]) -> None:
     _, repeated = runs
     for command in (["check", str(repeated), "--folds", "2", "--resamples", "300",
@@ -192,6 +196,7 @@ def test_blank_passages_are_refused_before_the_model_loads(
     assert "--corpus" in error and "--retrieval" not in error
 
 
+@pytest.mark.slow
 def test_check_answers_each_distinct_question_once(
         tm: TrustMargin, monkeypatch: pytest.MonkeyPatch, rows: list[dict[str, object]],
         runs: tuple[Path, Path], tmp_path: Path) -> None:

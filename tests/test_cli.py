@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from trustmargin_integrations.cli import app
@@ -20,6 +21,7 @@ def test_help_lists_every_command() -> None:
         assert command in result.output
 
 
+@pytest.mark.slow
 def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "decisions.jsonl"
     result = runner.invoke(app, ["demo", "--limit", "2", "--output", str(out)])
@@ -30,6 +32,7 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
                                        for d in decisions)
 
 
+@pytest.mark.slow
 def test_index_then_ask_json(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps(p.model_dump()) + "\n" for p in demo_corpus()))
@@ -61,6 +64,7 @@ def _without_timings(line: str) -> dict:
     return {k: v for k, v in json.loads(line).items() if k != "timings"}
 
 
+@pytest.mark.slow
 def test_score_resumes_from_its_store_without_recomputing(tmp_path: Path) -> None:
     rows = [{"id": f"c{i}", "question": q, "passages": [p], "direct_answer": d,
              "rag_answer": r, "gold": d} for i, (q, p, d, r) in enumerate(ROWS)]
@@ -87,6 +91,7 @@ def test_score_resumes_from_its_store_without_recomputing(tmp_path: Path) -> Non
     assert [_without_timings(x) for x in resumed] == [_without_timings(x) for x in lines]
 
 
+@pytest.mark.slow
 def test_score_keys_on_content_not_ids(tmp_path: Path) -> None:
     """Duplicate, missing and colliding ids cannot lose lines; another tau recomputes."""
     q, p, d, r = ROWS[0]

@@ -1,4 +1,4 @@
-"""The CLI's one error boundary (issue 19 items 3 and 9): every command, given the bad inputs
+"""The CLI's one error boundary: every command, given the bad inputs
 a hostile user or a broken machine produces, exits non-zero with one typed line that names
 the option, never a traceback; text from corpora and paths reaches the terminal without
 control characters.

@@ -1,13 +1,22 @@
-"""The one model-window rule (:func:`context.context_room`): its arithmetic, and that the
-arbiter and the pipelines' shared prompt builder meet the window at the same edge."""
+"""The one model-window rule (:func:`context.context_room`): its arithmetic, that the arbiter
+and the pipelines' shared prompt builder meet the window at the same edge, and that inputs
+longer than the window fail fast or are cut, with linear work."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
+from reliability_support import WindowGuard, time_limit
+from score_support import GOOD, PASSAGE
 
-from trustmargin_integrations import BM25Index, InvalidInputError, TrustMargin
+from trustmargin_integrations import (
+    BM25Index,
+    InvalidInputError,
+    TrustMargin,
+    TrustMarginConfig,
+)
 from trustmargin_integrations.backends.hf import HFBackend
 from trustmargin_integrations.context import (
     MIN_CONTEXT_TOKENS,
@@ -97,7 +106,7 @@ def _reference(passages: list[str], budget: int, backend: HFBackend) -> BuiltCon
 def test_a_huge_passage_is_counted_by_its_head_and_the_context_is_unchanged(
     backend: HFBackend, shape: str
 ) -> None:
-    """Issue 19, item 5: only a budget's worth of a huge passage is ever tokenized, and the
+    """Only a budget's worth of a huge passage is ever tokenized, and the
     context is the one that counting the whole passage gives (also for text of many
     characters per token, where the head must grow)."""
     unit = {"prose": "The Zelvora Bridge was designed by Marta Okonkwo in 1962. ",
@@ -124,3 +133,79 @@ def test_the_arbiter_keeps_a_huge_passage_within_a_budget(tm: TrustMargin) -> No
     assert prepared.context.truncated
     assert prepared.context.num_tokens <= tm.config.max_context_tokens
     assert prepared.context.text.count("Zelvora") < 200
+
+
+# -- inputs longer than the window --------------------------------------------------------
+
+
+def test_an_overlong_question_fails_fast(tm: TrustMargin) -> None:
+    began = time.monotonic()
+    with pytest.raises(InvalidInputError) as err:
+        tm.arbitrate("Why? " * 20_000, [PASSAGE], "a", "b")
+    assert err.value.field == "question" and "8192-token window" in str(err.value)
+    with pytest.raises(InvalidInputError) as batch:
+        tm.arbitrate_batch([GOOD, {**GOOD, "question": "x" * 100_000}])
+    assert batch.value.field == "inputs[1].question"
+    assert time.monotonic() - began < 15  # seconds, not minutes of compute
+
+
+def test_an_overlong_candidate_fails_fast(backend: Any) -> None:
+    """A given candidate is scored after each of the three prompts: one longer than the
+    window cannot be scored. It must be refused (naming it) or cut with a warning, fast."""
+    guarded = TrustMargin(WindowGuard(backend))
+    long_answer = "Marta Okonkwo and " + "the engineers of the bridge " * 2_000
+    began = time.monotonic()
+    with time_limit(60):
+        try:
+            decision = guarded.arbitrate(QUESTION, [PASSAGE], "Gustave Eiffel", long_answer)
+        except InvalidInputError as exc:
+            assert exc.field == "rag_answer", exc
+        else:
+            assert any(w.startswith("rag_answer") for w in decision.warnings), decision
+    assert time.monotonic() - began < 30
+
+
+def test_a_context_budget_beyond_the_window_is_refused_or_capped(backend: Any) -> None:
+    with pytest.raises(InvalidInputError, match="max_context_tokens"):
+        TrustMarginConfig(max_context_tokens=10**9)
+    wide = TrustMargin(backend, TrustMarginConfig(max_context_tokens=10_000_000))
+    passages = [f"Passage {i}: the Zelvora Bridge has {i} rivets on span {i}." for i in range(900)]
+    prepared = wide.prepare({"question": QUESTION, "passages": passages})
+    assert any("8192-token window" in w for w in prepared.input.warnings)
+    rendered = max(backend.count_tokens(v) for v in (prepared.views.question_context,
+                                                      prepared.views.context_only))
+    assert rendered + wide.config.max_new_tokens <= backend.context_window
+    assert 0 < prepared.context.passages_used < len(passages)
+
+
+class _CountingTokenizer:
+    """The real backend, counting the characters it is asked to tokenize."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.chars = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def count_tokens(self, text: str) -> int:
+        self.chars += len(text)
+        return self.inner.count_tokens(text)
+
+
+def test_the_context_builder_is_linear(backend: Any) -> None:
+    """600 passages are cut to the window tokenizing each passage a bounded number of times
+    (a quadratic builder re-tokenizes every prefix)."""
+    passages = [f"Passage text {i}: the bridge over the river was repaired in {1900 + i}."
+                for i in range(600)]
+    budget = 10_000_000  # capped to the window: the builder must stop at the window
+    counting = _CountingTokenizer(backend)
+    arbiter = TrustMargin(counting, TrustMarginConfig(max_context_tokens=budget))
+    arbiter.prepare({"question": QUESTION, "passages": passages[:5]})  # warm the tokenizer
+    counting.chars = 0
+    prepared = arbiter.prepare({"question": QUESTION, "passages": passages})
+    used = prepared.context.passages_used
+    assert 100 < used < 600
+    # The work, not the clock (timings live in benchmarks/contexts.py): a bounded number of
+    # characters tokenized per passage kept.
+    assert counting.chars <= 8 * sum(len(p) for p in passages[:used + 1]) + 20_000

@@ -1,5 +1,5 @@
 """A user's labeled questions as their framework keeps them: LangSmith examples and LlamaIndex
-evaluation datasets read by the same loader as our JSONL (issue 17, item 2)."""
+evaluation datasets read by the same loader as our JSONL."""
 
 from __future__ import annotations
 

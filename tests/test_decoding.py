@@ -50,6 +50,7 @@ class Recorder:
         return self.holds in text
 
 
+@pytest.mark.slow
 def test_greedy_without_stop_equals_transformers_generate(backend: HFBackend) -> None:
     batch = prompts(backend)
     assert len({len(p) for p in batch}) > 1  # rows are padded differently
@@ -65,6 +66,7 @@ def test_greedy_without_stop_equals_transformers_generate(backend: HFBackend) ->
     assert backend.generate(texts, 24) == output.texts
 
 
+@pytest.mark.slow
 def test_greedy_stops_right_after_the_token_where_the_predicate_holds(
         backend: HFBackend) -> None:
     batch = prompts(backend)
@@ -93,6 +95,7 @@ def test_a_plain_predicate_is_checked_after_every_token(backend: HFBackend) -> N
     assert recorder.seen == [backend.decode_tokens(whole[:n]) for n in (1, 2, 3)]
 
 
+@pytest.mark.slow
 def test_check_after_limits_the_predicate_to_tokens_holding_those_characters(
         backend: HFBackend) -> None:
     batch = prompts(backend)
@@ -107,6 +110,7 @@ def test_check_after_limits_the_predicate_to_tokens_holding_those_characters(
     assert stop_check_after(recorder) == "\n\r" and stop_check_after(len) is None
 
 
+@pytest.mark.slow
 def test_token_probabilities_from_decoding_match_a_plain_forward_pass(
         backend: HFBackend) -> None:
     batch = prompts(backend)
@@ -119,6 +123,7 @@ def test_token_probabilities_from_decoding_match_a_plain_forward_pass(
         assert all(0.0 < p <= 1.0 for p in probs)
 
 
+@pytest.mark.slow
 def test_prefill_and_step_drive_the_same_greedy_path(backend: HFBackend) -> None:
     batch = prompts(backend)
     expected = backend.greedy(batch, 6).tokens
@@ -137,6 +142,7 @@ def test_prefill_and_step_drive_the_same_greedy_path(backend: HFBackend) -> None
     assert [next(single) for _ in range(len(expected[0]))] == expected[0]
 
 
+@pytest.mark.slow
 def test_hf_backend_is_a_token_decoder_and_sessions_take_a_stop(backend: HFBackend) -> None:
     assert isinstance(backend, TokenDecoder)
     texts = [backend.render_prompt(f"Question:\n{q}\n\nAnswer:") for q in QUESTIONS]
@@ -148,6 +154,7 @@ def test_hf_backend_is_a_token_decoder_and_sessions_take_a_stop(backend: HFBacke
     assert [s.mean for s in scores] == pytest.approx([p.mean for p in plain], abs=1e-4)
 
 
+@pytest.mark.slow
 def test_decoding_prints_no_deprecated_cache_argument_warning(backend: HFBackend) -> None:
     texts = [backend.render_prompt(f"Question:\n{q}\n\nAnswer:") for q in QUESTIONS]
     with warnings.catch_warnings():

@@ -1,4 +1,4 @@
-"""Defaults a user can trust and one style at every adapter edge (issue 24, items 5 and 7).
+"""Defaults a user can trust and one style at every adapter edge.
 
 Real parts: the embedded SmolLM2 model (the session's ``backend``), the shipped policy files,
 real LangChain and LlamaIndex objects, a real Jupyter kernel for the notebook check. Where a
@@ -74,7 +74,7 @@ def loads(backend: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict
     return calls
 
 
-# -- item 5: the shipped policy by default, the paper's rule when asked ----------------------
+# -- the shipped policy by default, the paper's rule when asked -------------------------------
 
 
 def test_a_named_model_loads_its_shipped_policy_unless_the_paper_rule_is_asked_for(
@@ -107,6 +107,7 @@ def test_a_model_without_a_shipped_policy_gets_the_paper_rule_and_says_so_once(
     assert "calibration=None" in said[0]
 
 
+@pytest.mark.slow
 def test_the_default_keeps_the_retrieved_answer_where_the_paper_rule_keeps_a_hallucination(
         loads: list[Any]) -> None:
     # The answers docs/llamaindex.md's first example produced, routed by a real LangChain
@@ -124,6 +125,7 @@ def test_the_default_keeps_the_retrieved_answer_where_the_paper_rule_keeps_a_hal
     assert default.m_bind == pytest.approx(paper.m_bind, abs=1e-4)
 
 
+@pytest.mark.slow
 def test_eval_reproduces_the_paper_with_its_rule(loads: list[Any], tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     made: list[TrustMargin] = []
@@ -144,7 +146,7 @@ def test_eval_reproduces_the_paper_with_its_rule(loads: list[Any], tmp_path: Pat
     assert (made[0].config.tau, made[0].config.lambda_bind) == (-1.5, 0.5)
 
 
-# -- item 7: quiet loads, no warnings in notebooks --------------------------------------------
+# -- quiet loads, no warnings in notebooks ----------------------------------------------------
 
 
 def test_a_model_load_prints_no_progress_bar(capfd: pytest.CaptureFixture[str]) -> None:
@@ -155,6 +157,7 @@ def test_a_model_load_prints_no_progress_bar(capfd: pytest.CaptureFixture[str]) 
     assert "Loading weights" not in captured.err + captured.out
 
 
+@pytest.mark.slow
 def test_a_notebook_loads_the_model_without_a_warning_or_a_bar(tmp_path: Path) -> None:
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(
@@ -170,7 +173,7 @@ def test_a_notebook_loads_the_model_without_a_warning_or_a_bar(tmp_path: Path) -
     assert stderr == "", stderr  # no TqdmWarning, no "Loading weights" bar
 
 
-# -- item 7: one error type, one name, one argument style --------------------------------------
+# -- one error type, one name, one argument style ---------------------------------------------
 
 
 def test_every_adapter_edge_raises_invalid_input_error(tm: TrustMargin, backend: Any) -> None:

@@ -93,7 +93,7 @@ def test_a_malformed_variable_is_named_with_its_value(
                                                  "connect_timeout_s": 5.0})
 
 
-# -- a value the environment gave is named by its variable (issue 26, item 8) -------------
+# -- a value the environment gave is named by its variable ------------------------------
 
 def _remote() -> object:
     # The tokenizer is never loaded: the settings are checked first.

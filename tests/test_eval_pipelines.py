@@ -46,6 +46,7 @@ def test_pipeline_names_are_checked() -> None:
     assert err.value.field == "--pipeline" and "ircot" in err.value.fix
 
 
+@pytest.mark.slow
 def test_pipelines_are_arbitrated_against_the_same_direct_and_passages(
         tm: TrustMargin, tmp_path: Path) -> None:
     index = BM25Index.build(demo_corpus())

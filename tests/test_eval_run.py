@@ -100,6 +100,7 @@ def full_run(tm: TrustMargin, examples: list[EvalExample], tmp_path_factory: pyt
     return run_dir, records
 
 
+@pytest.mark.slow
 def test_interrupted_run_resumes_without_recomputation(
     tm: TrustMargin, examples: list[EvalExample], full_run: tuple[Path, list[EvalRecord]],
     tmp_path: Path,
@@ -134,6 +135,7 @@ def test_interrupted_run_resumes_without_recomputation(
     assert method_scores(score_records(again)) == method_scores(score_records(reference))
 
 
+@pytest.mark.slow
 def test_replayed_grid_cell_equals_recomputing_it(
     tm: TrustMargin, full_run: tuple[Path, list[EvalRecord]]
 ) -> None:
@@ -157,6 +159,7 @@ def test_replayed_grid_cell_equals_recomputing_it(
             assert rec.decision.m_bind == pytest.approx(fresh.m_bind, abs=1e-3)
 
 
+@pytest.mark.slow
 def test_noise_run_and_report_render_from_the_cache(
     tm: TrustMargin, examples: list[EvalExample], full_run: tuple[Path, list[EvalRecord]]
 ) -> None:

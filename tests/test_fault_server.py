@@ -1,5 +1,5 @@
 """The OpenAI-compatible backend and ``trustmargin score --remote-url`` against a server that
-misbehaves on purpose (issue 19, items 1, 3, 4 and 7).
+misbehaves on purpose.
 
 The server is ``tests/fault_server.py``: a real HTTP server on 127.0.0.1 (stdlib, one thread per
 request, stopped after every test) that answers NaN, infinite, positive, boolean and string
@@ -114,7 +114,7 @@ def test_log_probabilities_at_zero_within_rounding_are_numbers(serve: Any, token
         client(server, tokenizer).score_continuations([REQUEST])
 
 
-# -- the alignment is verified, not assumed (issue 26, item 3) ---------------------------------
+# -- the alignment is verified, not assumed ---------------------------------------------------
 
 
 def lie(tokenizer: Any, how: str) -> Any:
@@ -358,12 +358,13 @@ def test_an_answer_that_trickles_is_cut_at_the_total(serve: Any, tokenizer: Any)
     assert took < 2.5, took
 
 
+@pytest.mark.slow
 def test_a_server_that_trickles_its_headers_or_body_is_cut_at_the_deadline(
     serve: Any, tokenizer: Any
 ) -> None:
     # One byte a second from the status line on (or from the body on): every read returns
     # within the 2 s read timeout, so before one deadline covered connect, headers and body
-    # a 3 s request ran for minutes (the issue's: 120 s for a 5 s request).
+    # a 3 s request ran for minutes (as reported: 120 s for a 5 s request).
     for trickle in ("trickle_headers_s", "trickle_s"):
         server = serve(lambda seen, t=trickle: Answer(body={"choices": [{"text": "Paris"}]},
                                                       **{t: 1.0}))
@@ -521,6 +522,7 @@ def score(server: FaultServer, src: Path, out: Path) -> subprocess.CompletedProc
         capture_output=True, text=True, env=env, timeout=300, check=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("how", "said"), [
     ("nan", "is NaN"),
     ("extra value", "entries for"),

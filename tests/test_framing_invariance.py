@@ -29,6 +29,7 @@ PASSAGES = ["The Kessel bridge, finished in 1911, stands in the Weststadt distri
 LEAD_INS = ["Hello!", "Let me think step by step.", "I'm happy to help!", "Bien sûr !", "Gerne!"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lead_in", LEAD_INS)
 def test_opposite_facts_behind_one_lead_in_are_scored(tm: TrustMargin, lead_in: str) -> None:
     direct = f"{lead_in} The Kessel bridge stands in Oststadt."
@@ -74,6 +75,7 @@ def test_texts_that_differ_only_in_case_and_punctuation_agree(tm: TrustMargin) -
     assert d.source == "agree" and d.reason == "answers_agree"
 
 
+@pytest.mark.slow
 def test_generated_candidates_keep_the_papers_scoring(tm: TrustMargin) -> None:
     d = tm.arbitrate(QUESTION, PASSAGES)
     assert d.scoring_form == "paper"
@@ -125,6 +127,7 @@ def _shared_questions(per_dataset: int) -> list[tuple[str, list[str]]]:
     return out
 
 
+@pytest.mark.slow
 def test_framing_invariance_on_the_shared_dev_sets(backend: object) -> None:
     """The bound: across 14 framings the framed decision keeps the bare pair's side in at
     least 90% of the pairs away from near-ties, and never claims agreement. (A 256-token

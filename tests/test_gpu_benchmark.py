@@ -23,6 +23,7 @@ def load_benchmark() -> ModuleType:
     return module
 
 
+@pytest.mark.slow
 def test_cpu_run_writes_every_measurement(tmp_path: Path) -> None:
     bench = load_benchmark()
     out = tmp_path / "gpu.json"

@@ -258,6 +258,7 @@ def test_default_run_name_is_the_router(router: TrustMarginRouter) -> None:
 # -- per-call hyper-parameters -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_configurable_tau_changes_the_decision(tm: TrustMargin, router: TrustMarginRouter,
                                                batched: dict[str, Any]) -> None:
     m = batched["decisions"][0].m
@@ -300,7 +301,7 @@ def test_bad_hyper_parameters_are_refused_before_the_model(router: TrustMarginRo
         router.invoke(BRIDGE, config={"configurable": {"tau": math.nan}})
     assert err.value.field == "configurable.tau"
     assert session.calls == []
-    with pytest.raises(InvalidInputError) as err:  # one error type at every edge (issue 24)
+    with pytest.raises(InvalidInputError) as err:  # one error type at every edge
         TrustMarginRouter(tm=tm, lambda_bind=math.inf)
     assert err.value.field == "lambda_bind"
 
@@ -534,6 +535,7 @@ def test_local_llm_cuts_at_stop_sequences(backend: Any) -> None:
 # -- the chain ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_lcel_chain_matches_the_core_and_traces_every_step(short: TrustMargin,
                                                            index: BM25Index) -> None:
     llm = LocalLLM.from_trustmargin(short, max_new_tokens=short.config.max_new_tokens)
@@ -592,6 +594,7 @@ def test_lcel_chain_without_documents_answers_closed_book(short: TrustMargin,
     assert "rag" not in names  # no RAG generation on an empty context
 
 
+@pytest.mark.slow
 def test_pure_core_chain_is_one_answer_batch_call(short: TrustMargin, index: BM25Index) -> None:
     # Any LangChain retriever works, here an LCEL retriever chain (not a TrustMarginRetriever).
     lc_retriever = TrustMarginRetriever(retriever=index, k=2) | RunnableLambda(list)

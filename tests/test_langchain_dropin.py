@@ -1,4 +1,4 @@
-"""The chains people write (issue 18): TrustMargin inserted into LangChain's tutorial-shaped
+"""The chains people write: TrustMargin inserted into LangChain's tutorial-shaped
 RAG chain by one call, full chat answers, the local LLM and chat model, readable outputs.
 
 Real parts throughout: the embedded SmolLM2 model (``tm``/``backend`` fixtures), a real BM25
@@ -121,6 +121,7 @@ def test_drop_in_keeps_the_scripted_chains_input_and_full_string_output(
     assert guarded.output_schema.model_json_schema()["type"] == "string"
 
 
+@pytest.mark.slow
 def test_drop_in_with_the_real_chat_model_returns_its_full_answer(
         tm: TrustMargin, retriever: TrustMarginRetriever) -> None:
     chat = LocalChatModel.from_trustmargin(tm, max_new_tokens=40)

@@ -1,5 +1,5 @@
-"""The guarded chain keeps the user chain's input schema and output type (issue 24, items 2
-and 6), and tells its two sides apart while streaming (item 1).
+"""The guarded chain keeps the user chain's input schema and output type, and tells its two
+sides apart while streaming.
 
 Real parts: the embedded SmolLM2 scorer (``tm``), a real BM25 index behind a real LangChain
 retriever, real prompts (a ``MessagesPlaceholder`` history included), parsers, ``.assign``
@@ -127,7 +127,7 @@ def history_chain(retriever: Any, chat: Any) -> Any:
             | HISTORY_PROMPT | chat | StrOutputParser())
 
 
-# -- item 2: the input schema --------------------------------------------------------------------
+# -- the input schema -------------------------------------------------------------------------
 
 
 def test_a_history_chain_keeps_every_input_key_and_names_a_missing_one(
@@ -159,7 +159,7 @@ def test_the_guarded_chain_as_a_tool_takes_every_key_or_names_the_missing_one(
     assert err.value.field == "history"
 
 
-# -- items 2 and 6: the output type --------------------------------------------------------------
+# -- the output type --------------------------------------------------------------------------
 
 
 def test_a_chain_ending_in_a_chat_model_returns_the_kept_sides_ai_message(
@@ -210,7 +210,7 @@ def test_a_dict_without_an_answer_key_is_named(retriever: TrustMarginRetriever,
         == RAG_TEXT
 
 
-# -- item 1: streaming ---------------------------------------------------------------------------
+# -- streaming --------------------------------------------------------------------------------
 
 
 def tutorial(retriever: Any) -> Any:
@@ -275,6 +275,7 @@ def test_a_live_stream_corrects_itself_when_the_other_side_wins(
     assert err.value.field == "live"
 
 
+@pytest.mark.slow
 def test_the_guarded_chain_stays_a_full_runnable(retriever: TrustMarginRetriever,
                                                  tm: TrustMargin) -> None:
     guarded = with_trustmargin(tutorial(retriever), tm)

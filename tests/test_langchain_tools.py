@@ -1,4 +1,4 @@
-"""The local chat model takes tools and gives structured output (issue 24, item 6), on the real
+"""The local chat model takes tools and gives structured output, on the real
 embedded SmolLM2-135M: schema-guided decoding writes the JSON and the model fills the values;
 a reply that cannot fit the schema is a clear typed error. A real LangGraph ToolNode runs the
 tool call and the model reads the result back.
@@ -59,6 +59,7 @@ def chat(backend: Any) -> LocalChatModel:
     return LocalChatModel(backend=backend, max_new_tokens=48)
 
 
+@pytest.mark.slow
 def test_structured_output_fills_a_pydantic_schema(chat: LocalChatModel) -> None:
     person = chat.with_structured_output(Person).invoke(
         "Tomas Rilke is a 41-year-old engineer from Oststadt.")
@@ -72,6 +73,7 @@ def test_structured_output_fills_a_pydantic_schema(chat: LocalChatModel) -> None
     assert raw["parsed"] == person
 
 
+@pytest.mark.slow
 def test_a_reply_that_cannot_fit_the_schema_is_a_clear_error(chat: LocalChatModel) -> None:
     with pytest.raises(StructuredOutputError) as err:
         chat.with_structured_output(Counts).invoke("The Velmora Bridge is old.")
@@ -86,6 +88,7 @@ def test_a_reply_that_cannot_fit_the_schema_is_a_clear_error(chat: LocalChatMode
     assert missing.value.field == "schema"
 
 
+@pytest.mark.slow
 def test_a_forced_tool_call_runs_in_a_tool_node_and_the_result_reads_back(
         chat: LocalChatModel) -> None:
     model = chat.bind_tools([get_weather, add], tool_choice="get_weather")

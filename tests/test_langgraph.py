@@ -1,4 +1,4 @@
-"""TrustMargin in a real LangGraph graph (issue 24, item 3): the node returns its own state
+"""TrustMargin in a real LangGraph graph: the node returns its own state
 update (the kept answer, the Decision, the margins), leaves the user's keys as they are, and
 writes the margins to the custom stream.
 

@@ -266,6 +266,7 @@ def test_arbiter_bad_input_names_the_field(tm: TrustMargin, kwargs: dict[str, An
 # -- the query-engine wrapper ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_query_engine_keeps_nodes_and_dispatches_the_decision(
         short_tm: TrustMargin, index: BM25Index, llm: LocalLlamaIndexLLM,
         events: DecisionEvents) -> None:
@@ -290,6 +291,7 @@ def test_query_engine_keeps_nodes_and_dispatches_the_decision(
     assert events.span_ids[0] is not None
 
 
+@pytest.mark.slow
 def test_streaming_inner_engine_sync_and_async(short_tm: TrustMargin, index: BM25Index,
                                                llm: LocalLlamaIndexLLM) -> None:
     retriever = PassageRetriever(index, similarity_top_k=2)
@@ -338,6 +340,7 @@ class TimedLLM(LocalLlamaIndexLLM):
             self.log.append((self.tag, "end", prompt))
 
 
+@pytest.mark.slow
 def test_aquery_runs_the_inner_engine_and_the_closed_book_call_concurrently(
         short_tm: TrustMargin, index: BM25Index) -> None:
     log: list[tuple[str, str, str]] = []
@@ -353,6 +356,7 @@ def test_aquery_runs_the_inner_engine_and_the_closed_book_call_concurrently(
     assert response.metadata[METADATA_KEY].passages_used > 0
 
 
+@pytest.mark.slow
 def test_closed_book_prompt_round_trip(short_tm: TrustMargin, index: BM25Index) -> None:
     log: list[tuple[str, str, str]] = []
     closed_llm = TimedLLM(backend=short_tm.backend, max_new_tokens=8, tag="closed", log=log)
@@ -454,6 +458,7 @@ def test_sub_question_engine_answers_when_retrieval_finds_nothing(
 # -- the core pipeline as a query engine ----------------------------------------------------
 
 
+@pytest.mark.slow
 def test_retriever_query_engine_is_the_core_pipeline(
         short_tm: TrustMargin, index: BM25Index, events: DecisionEvents) -> None:
     core = short_tm.answer(QUESTION, index, 2)

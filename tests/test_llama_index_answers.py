@@ -1,4 +1,4 @@
-"""What TrustMarginQueryEngine gives back on chat-style answers (issue 18), on real LlamaIndex
+"""What TrustMarginQueryEngine gives back on chat-style answers, on real LlamaIndex
 engines with the real embedded model as the scorer.
 
 The candidates here come from a SCRIPTED LLM (:class:`ScriptedLLM`): the tests must know the

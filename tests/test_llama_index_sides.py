@@ -1,5 +1,5 @@
 """LlamaIndex: the response's sources follow the kept side, the two sides are generated at
-once, and a streaming engine streams the kept side as it came (issue 24, items 1 and 4).
+once, and a streaming engine streams the kept side as it came.
 
 Real parts: LlamaIndex's RetrieverQueryEngine, SummaryIndex and instrumentation, the embedded
 SmolLM2 model as scorer and LLM, a real BM25 index. The kept side is set with the rule's
@@ -72,9 +72,10 @@ def engine(index: BM25Index, tm: TrustMargin, llm: Any, *, streaming: bool = Fal
     return TrustMarginQueryEngine(inner, tm, llm=closed or llm)
 
 
-# -- item 4: sources follow the kept side -----------------------------------------------------
+# -- sources follow the kept side -------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_sources_are_the_kept_answers(index: BM25Index, llm: LocalLlamaIndexLLM,
                                           keep_rag: TrustMargin,
                                           keep_direct: TrustMargin) -> None:
@@ -97,7 +98,7 @@ def test_the_sources_are_the_kept_answers(index: BM25Index, llm: LocalLlamaIndex
     assert [n["id"] for n in core.metadata[SOURCES_KEY]] == weighed
 
 
-# -- item 4: both sides at once --------------------------------------------------------------
+# -- both sides at once -----------------------------------------------------------------------
 
 
 class TimedLLM(LocalLlamaIndexLLM):
@@ -130,9 +131,10 @@ def test_a_sync_query_generates_both_sides_at_once(index: BM25Index,
     assert len({thread for *_, thread in log}) == 2
 
 
-# -- item 1: a streaming engine streams the kept side ------------------------------------------
+# -- a streaming engine streams the kept side -------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_streaming_engine_streams_the_kept_sides_pieces(
         index: BM25Index, llm: LocalLlamaIndexLLM, keep_rag: TrustMargin,
         keep_direct: TrustMargin) -> None:

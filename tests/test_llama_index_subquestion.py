@@ -1,5 +1,5 @@
 """LlamaIndex's SubQuestionQueryEngine with the local LLM, and its decision reachable in the
-response (issue 24, item 6).
+response.
 
 Real parts: SubQuestionQueryEngine, QueryEngineTools over RetrieverQueryEngines, LlamaIndex's
 own LLMQuestionGenerator (which a 135M model cannot drive), the embedded SmolLM2 model.
@@ -82,6 +82,7 @@ def test_llamaindex_own_generator_cannot_be_driven_by_the_small_model(
             [t.metadata for t in tools], QueryBundle(QUESTION))
 
 
+@pytest.mark.slow
 def test_sub_questions_name_real_tools_and_the_decision_reaches_the_response(
         tm: TrustMargin, llm: LocalLlamaIndexLLM, tools: list[QueryEngineTool],
         decisions: Decisions) -> None:

@@ -8,6 +8,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from trustmargin_integrations import TrustMargin
 from trustmargin_integrations.evaluation.datasets import load_dataset, load_examples
 from trustmargin_integrations.evaluation.longform import (
@@ -21,6 +23,7 @@ DATA_DIR = Path(os.environ.get("TRUSTMARGIN_DATA")
                 or Path(__file__).resolve().parents[2] / "shared" / "data" / "raw")
 
 
+@pytest.mark.slow
 def test_every_form_from_one_generation_and_resumed(tm: TrustMargin, tmp_path: Path) -> None:
     examples = load_dataset("cwq", DATA_DIR)[:2]
     store = tmp_path / "longform.jsonl"

@@ -19,6 +19,7 @@ from trustmargin_integrations.models import (
 )
 
 
+@pytest.mark.slow
 def test_corrupt_cache_is_detected_and_rebuilt(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: object
 ) -> None:

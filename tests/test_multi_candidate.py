@@ -119,6 +119,7 @@ PAIRS = [  # (question, passages, direct, rag): scored ones first, then settled 
 ]
 
 
+@pytest.mark.slow
 def test_one_candidate_is_the_pairwise_rule(backend: HFBackend) -> None:
     # tau = 1.0 puts these questions on both sides of the threshold (checked below). Several
     # candidates are compared on their answering sentence, so the pairs are too.
@@ -326,6 +327,7 @@ def test_blanks_are_not_scored_and_direct_kept_records_the_best_candidate(
     assert d.replay_winner(tau=-100.0) == best and d.replay_winner() is None
 
 
+@pytest.mark.slow
 def test_no_evidence_keeps_direct_and_nothing_is_generated_for_the_rag_side(
     backend: HFBackend
 ) -> None:

@@ -8,6 +8,8 @@ import nbformat
 import pytest
 from notebook_support import execute_notebook
 
+pytestmark = [pytest.mark.slow, pytest.mark.notebook]
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 NOTEBOOKS = ["langchain_rag_chain.ipynb", "llamaindex_query_engine.ipynb", "plug_and_play.ipynb"]
 # Notebook-specific lines that must be printed as well as the summary table.

@@ -78,6 +78,8 @@ def remote(llama_server: LlamaCppServer, backend: Any) -> Iterator[OpenAICompatB
 # -- real server -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
+@pytest.mark.server
 def test_protocol_rendering_and_tokens_match_the_local_backend(
     remote: OpenAICompatBackend, backend: Any
 ) -> None:
@@ -95,6 +97,8 @@ def test_protocol_rendering_and_tokens_match_the_local_backend(
     assert remote.requests_sent == sent
 
 
+@pytest.mark.slow
+@pytest.mark.server
 def test_six_likelihoods_and_decisions_agree_with_the_local_backend(
     remote: OpenAICompatBackend, backend: Any
 ) -> None:
@@ -115,6 +119,8 @@ def test_six_likelihoods_and_decisions_agree_with_the_local_backend(
         assert got.source == ref.source, (ref.question, ref.m, got.m)
 
 
+@pytest.mark.slow
+@pytest.mark.server
 def test_greedy_generation_matches_the_local_backend(remote: OpenAICompatBackend,
                                                      backend: Any) -> None:
     from trustmargin_integrations.answers import clean_answer
@@ -138,6 +144,8 @@ def test_greedy_generation_matches_the_local_backend(remote: OpenAICompatBackend
     assert clean_answer(remote_texts[0]) == clean_answer(local_texts[0])
 
 
+@pytest.mark.slow
+@pytest.mark.server
 def test_too_long_prompt_fails_fast_with_the_servers_reason(remote: OpenAICompatBackend) -> None:
     sent = remote.requests_sent
     with pytest.raises(BackendError, match=r"HTTP 400.*context"):
@@ -145,6 +153,8 @@ def test_too_long_prompt_fails_fast_with_the_servers_reason(remote: OpenAICompat
     assert remote.requests_sent - sent == 1  # a 400 is not retried
 
 
+@pytest.mark.slow
+@pytest.mark.server
 def test_server_without_prompt_logprobs_is_a_clear_error(backend: Any) -> None:
     # A real llama.cpp server started without logits_all cannot echo prompt log-probabilities.
     with LlamaCppServer(REGISTRY["smollm2-135m"].locate(), alias="nolog", n_ctx=256,

@@ -19,9 +19,14 @@ from pathlib import Path
 import pytest
 from cli_support import run_main
 from run_support import forbid_model_load, synthetic_run
+from score_support import GOOD
+from typer.testing import CliRunner
 
-from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.arbiter import TrustMargin
+from trustmargin_integrations.cli import app
+from trustmargin_integrations.errors import InvalidInputError, TrustMarginError
 from trustmargin_integrations.files import atomic_output, check_destination
+from trustmargin_integrations.store import ResultStore
 
 SIX = [("Who wrote Hamlet?", "Shakespeare"), ("What is the capital of France?", "Paris"),
        ("Who painted the Mona Lisa?", "Leonardo da Vinci"),
@@ -184,3 +189,32 @@ def test_a_hard_link_to_an_input_is_the_input(tmp_path: Path) -> None:
     os.link(six, tmp_path / "alias.json")
     with pytest.raises(InvalidInputError, match="is the input file of LABELED"):
         check_output(tmp_path / "alias.json", "--out", inputs={"LABELED": six})
+
+
+@pytest.mark.slow
+def test_a_crafted_dataset_name_cannot_write_outside_the_run(
+    tm: TrustMargin, tmp_path: Path
+) -> None:
+    decisions = tm.arbitrate_batch([
+        {"question": "What is the capital of France?", "passages": [
+            "Paris is the capital of France."], "direct_answer": "Lyon", "rag_answer": "Paris"},
+        {**GOOD, "id": "z"}])
+    outside = tmp_path / "a" / "b"
+    run_dir = outside / "run"
+    store = ResultStore(run_dir / "cache.jsonl")
+    examples = []
+    for i, (decision, gold) in enumerate(zip(decisions, ["Paris", "Marta Okonkwo"],
+                                             strict=True)):
+        store.put(f"k{i}", {"decision": decision.model_dump(mode="json"), "retrieval_s": 0.0})
+        examples.append({"id": str(i), "answers": [gold], "key": f"k{i}", "type": None})
+    crafted = ["x/../../../evil", "/../../../../abs_evil", "../../evil", "..\\..\\win_evil"]
+    manifest = {"datasets": {name: {"model": "smollm2-135m", "retrieval": "given",
+                                    "examples": examples} for name in crafted}}
+    (run_dir / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    before = {p for p in tmp_path.rglob("*")}
+    result = CliRunner().invoke(app, ["report", str(run_dir)])
+    if result.exception is not None:  # refusing the manifest is fine, if it is a typed error
+        assert isinstance(result.exception, TrustMarginError), repr(result.exception)
+    written = {p for p in tmp_path.rglob("*")} - before
+    escaped = sorted(str(p) for p in written if run_dir not in p.parents)
+    assert not escaped, f"report wrote outside {run_dir}: {escaped}"

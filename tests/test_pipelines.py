@@ -116,6 +116,7 @@ def assert_serializable(result: PipelineResult) -> dict[str, Any]:
 # -- IRCoT --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ircot_stops_at_the_marker_and_at_the_step_limit(backend: HFBackend,
                                                          index: BM25Index) -> None:
     pipeline = IRCoTPipeline(ProtocolOnlyBackend(backend), index, k=2, max_steps=1,
@@ -177,6 +178,7 @@ def independent_probabilities(backend: HFBackend, index: BM25Index, question: st
     return [float(probs[i, t]) for i, t in enumerate(sentence)]
 
 
+@pytest.mark.slow
 def test_flare_retrieves_exactly_when_a_token_falls_below_theta(backend: HFBackend,
                                                                 index: BM25Index) -> None:
     pipeline = FLAREPipeline(backend, index, k=2, max_steps=1, sentence_max_new_tokens=10)
@@ -209,6 +211,7 @@ def test_flare_retrieves_exactly_when_a_token_falls_below_theta(backend: HFBacke
     assert outcomes == [True, False]  # both branches were exercised
 
 
+@pytest.mark.slow
 def test_flare_continues_the_answer_sentence_by_sentence(backend: HFBackend,
                                                         index: BM25Index) -> None:
     # Sentences of at most 8 tokens: OPEN_Q's answer needs a second one.
@@ -237,6 +240,7 @@ def test_flare_continues_the_answer_sentence_by_sentence(backend: HFBackend,
     assert "Okonkwo" in result.answer
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("question", "theta", "retrieves"),
                          [(OPEN_Q, 1e-9, False), (CONFIDENT_Q, 1 - 1e-9, True)])
 def test_flare_theta_near_zero_never_and_near_one_always_retrieves(
@@ -252,6 +256,7 @@ def test_flare_theta_near_zero_never_and_near_one_always_retrieves(
 # -- CLeHe --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_clehe_weights_sum_to_one_and_layers_are_intermediate(backend: HFBackend,
                                                               index: BM25Index) -> None:
     pipeline = CLeHePipeline(backend, index, k=3, max_new_tokens=4)
@@ -272,6 +277,7 @@ def test_clehe_weights_sum_to_one_and_layers_are_intermediate(backend: HFBackend
     assert_serializable(result)
 
 
+@pytest.mark.slow
 def test_clehe_with_beta_zero_and_one_document_is_plain_greedy(backend: HFBackend,
                                                                index: BM25Index) -> None:
     result = CLeHePipeline(backend, index, k=1, beta=0.0, max_new_tokens=12).run(OPEN_Q)
@@ -309,6 +315,7 @@ def test_dtr_skips_retrieval_when_the_direct_answer_is_confident(backend: HFBack
     assert_serializable(result)
 
 
+@pytest.mark.slow
 def test_dtr_retrieves_with_both_queries_and_merges_by_rrf(backend: HFBackend,
                                                            index: BM25Index) -> None:
     k = 3

@@ -52,6 +52,8 @@ from trustmargin_integrations.pipelines import IRCoTPipeline, PipelineResult, bu
 from trustmargin_integrations.retrieval import BM25Index
 from trustmargin_integrations.schema import Decision
 
+pytestmark = pytest.mark.slow
+
 # IRCoT's own retrievals for this question gather p02 (Marta Okonkwo's page), which is not
 # among the question's top 3 (p00, p01, p07): the two evidence sets differ, so a test can
 # tell which one was scored.

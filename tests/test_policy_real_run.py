@@ -23,6 +23,7 @@ from trustmargin_integrations.policies import Policy, apply_policy
 QUESTIONS = ("q00", "q02", "q04", "q05", "q09", "q11", "q14", "q16")
 
 
+@pytest.mark.slow
 def test_check_on_a_real_run_replays_the_arbiters_rule(tm: TrustMargin, tmp_path: Path) -> None:
     from trustmargin_integrations.demo import demo_corpus, demo_questions
     from trustmargin_integrations.evaluation.datasets import load_dataset

@@ -39,6 +39,8 @@ import pytest
 
 from trustmargin_integrations.store import ResultStore
 
+pytestmark = pytest.mark.slow
+
 SEED = 20_240_611
 N_LINES = 2_500
 N_SCORED = 24  # distinct records that need the six likelihoods

@@ -51,6 +51,8 @@ from trustmargin_integrations.schema import ArbitrationInput, Decision, Passage
 from trustmargin_integrations.score_file import ScoreRecord, key_settings, read_records
 from trustmargin_integrations.validation import is_blank_text
 
+pytestmark = pytest.mark.slow
+
 SCALE = int(os.environ.get("TRUSTMARGIN_FUZZ_EXAMPLES", "1"))
 HANG_S = 60.0
 T = TypeVar("T")

@@ -1,4 +1,4 @@
-"""Resume equals the uninterrupted run at any batch size (issue 19, item 2).
+"""Resume equals the uninterrupted run at any batch size.
 
 A model batch's numbers depend, in their low bits, on which questions share it (left padding,
 float reduction order: about 1e-6 on CPU). Before, a resumed run re-batched only what was
@@ -114,6 +114,7 @@ def _run(src: Path, out: Path, batch: int) -> None:
     assert proc.returncode == 0, err.decode(errors="replace")[-2000:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch", [8, 3])
 def test_killed_and_resumed_score_equals_the_uninterrupted_run(tmp_path: Path,
                                                                batch: int) -> None:

@@ -61,10 +61,12 @@ def _assert_matches_reference(tm: TrustMargin, backend: HFBackend, inputs: list[
     assert checked >= 12, "too few scored questions to compare"
 
 
+@pytest.mark.slow
 def test_fast_path_equals_reference_with_generation(tm: TrustMargin, backend: HFBackend) -> None:
     _assert_matches_reference(tm, backend, _cwq(3))
 
 
+@pytest.mark.slow
 def test_fast_path_equals_reference_with_given_candidates(
     tm: TrustMargin, backend: HFBackend
 ) -> None:
@@ -75,6 +77,7 @@ def test_fast_path_equals_reference_with_given_candidates(
     _assert_matches_reference(tm, backend, inputs)
 
 
+@pytest.mark.slow
 def test_fast_and_plain_sessions_agree(backend: HFBackend) -> None:
     """The same session calls, with the cache-branching planner on and off."""
     tm = TrustMargin(backend)
@@ -101,6 +104,7 @@ def test_fast_and_plain_sessions_agree(backend: HFBackend) -> None:
         assert f.mean == pytest.approx(p.mean, abs=TOL)
 
 
+@pytest.mark.slow
 def test_session_scores_any_request_shape(backend: HFBackend) -> None:
     """Prompts with no generation cache, repeated prompts, duplicate and empty answers: the
     planner prefills what no cache covers and branches the rest, and every number equals the
@@ -128,6 +132,7 @@ def test_session_scores_any_request_shape(backend: HFBackend) -> None:
             assert f.mean == pytest.approx(p.mean, abs=TOL)
 
 
+@pytest.mark.slow
 def test_batch_of_n_equals_n_single_calls(tm: TrustMargin) -> None:
     inputs = _cwq(3)
     batched = TrustMargin(tm.backend, TrustMarginConfig(batch_size=3)).arbitrate_batch(inputs)
@@ -155,6 +160,7 @@ def test_greedy_generation_matches_transformers_generate(backend: HFBackend) -> 
     assert backend.generate([prompt], max_new_tokens=20)[0] == theirs
 
 
+@pytest.mark.slow
 def test_generation_is_deterministic_and_batch_invariant(backend: HFBackend) -> None:
     prompts = [backend.render_prompt(f"Question:\n{q}\n\nAnswer:")
                for q in ("Who wrote Hamlet?", "What is the largest ocean on Earth by area?")]
@@ -163,6 +169,7 @@ def test_generation_is_deterministic_and_batch_invariant(backend: HFBackend) -> 
     assert first == [backend.generate([p], max_new_tokens=12)[0] for p in prompts]
 
 
+@pytest.mark.slow
 def test_eager_attention_uses_an_additive_mask_and_still_agrees(
     tm: TrustMargin, backend: HFBackend
 ) -> None:

@@ -1,5 +1,6 @@
-"""Every number that enters a decision is checked where it enters (issue 19, items 1 and 10):
-the rule's parameters in the config and in replay, likelihoods, margins and passage scores.
+"""Every number that enters a decision is checked where it enters: the rule's parameters in
+the config, the LangChain router, the ``score`` command and replay; likelihoods, margins and
+passage scores.
 
 Real records only; the remote backend's log-probabilities are tested against a real local
 server in tests/test_fault_server.py.
@@ -8,17 +9,23 @@ server in tests/test_fault_server.py.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from score_support import GOOD, write_jsonl
+from typer.testing import CliRunner
 
+from trustmargin_integrations.arbiter import TrustMargin
+from trustmargin_integrations.cli import app
 from trustmargin_integrations.config import (
     LAMBDA_BIND_LIMIT,
     TAU_LIMIT,
     TrustMarginConfig,
 )
 from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.langchain import TrustMarginRouter
 from trustmargin_integrations.schema import (
     Decision,
     Passage,
@@ -28,6 +35,7 @@ from trustmargin_integrations.schema import (
 )
 
 NON_FINITE = [math.nan, math.inf, -math.inf]
+runner = CliRunner()
 
 
 @pytest.mark.parametrize(("name", "value"), [
@@ -107,3 +115,21 @@ def test_replay_refuses_absurd_parameters(kwargs: dict[str, Any], field: str) ->
             assert err.value.field == field
     assert scored.replay(tau=0.3) == "direct" and scored.replay(tau=0.2) == "rag"
     assert scored.replay(lambda_bind=0) == "rag"  # M = -0.2 > -1.5
+
+
+def test_non_finite_rule_parameters_are_refused_by_the_router_and_the_command(
+    tm: TrustMargin, tmp_path: Path
+) -> None:
+    for name in ("tau", "lambda_bind"):
+        for value in NON_FINITE:
+            with pytest.raises(InvalidInputError, match=name):
+                TrustMarginConfig(**{name: value})
+            with pytest.raises(InvalidInputError, match=name):
+                TrustMarginRouter(tm=tm, **{name: value})
+    src = write_jsonl(tmp_path / "in.jsonl", [GOOD])
+    for option in ("--tau", "--lambda-bind"):
+        result = runner.invoke(app, ["score", "-i", str(src), "-o", str(tmp_path / "o.jsonl"),
+                                     option, "nan"])
+        assert isinstance(result.exception, InvalidInputError), result.exception
+        assert result.exception.field == option
+    assert not (tmp_path / "o.jsonl").exists()
