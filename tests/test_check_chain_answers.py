@@ -83,6 +83,7 @@ def test_mixed_records_and_a_form_without_chain_answers_are_refused(tmp_path: Pa
     assert result.exit_code == 2 and "--scoring-form" in result.output, result.output
 
 
+@pytest.mark.slow
 def test_check_runs_on_a_chains_answers_and_says_how_they_were_compared(
         tm: TrustMargin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from trustmargin_integrations.backends.hf import HFBackend

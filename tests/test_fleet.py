@@ -39,6 +39,8 @@ from trustmargin_integrations.errors import (
 from trustmargin_integrations.evaluation.runner import example_key, settings_for
 from trustmargin_integrations.models import REGISTRY
 
+pytestmark = [pytest.mark.slow, pytest.mark.server]
+
 MODEL = "smollm2-135m"
 SECRET = "fleet-pass-never-shown"
 

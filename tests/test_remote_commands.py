@@ -39,6 +39,8 @@ from trustmargin_integrations.evaluation.runner import (
 from trustmargin_integrations.models import REGISTRY
 from trustmargin_integrations.retrieval.bm25 import BM25Index
 
+pytestmark = [pytest.mark.slow, pytest.mark.server]
+
 MARGIN_TOL = 0.25
 """Largest allowed |M_remote - M_local| (as in tests/test_openai_compat.py)."""
 

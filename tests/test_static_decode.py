@@ -18,6 +18,8 @@ from trustmargin_integrations.answers import answer_complete
 from trustmargin_integrations.backends.hf import GreedyOutput, HFBackend
 from trustmargin_integrations.errors import InvalidInputError
 
+pytestmark = pytest.mark.slow
+
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "raw"
 TOL = 1e-4
 

@@ -34,6 +34,8 @@ PYTHON_ENV = "TRUSTMARGIN_TORCH_FREE_PYTHON"
 # them answers (ModuleNotFoundError, which optional imports elsewhere already expect).
 BLOCKER = """
 import importlib.abc, runpy, sys
+
+pytestmark = [pytest.mark.slow, pytest.mark.server]
 class NoTorch(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in ("torch", "transformers"):
