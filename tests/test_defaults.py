@@ -27,6 +27,8 @@ import trustmargin_integrations.langchain as lc
 import trustmargin_integrations.llama_index as li
 from trustmargin_integrations import calibration
 from trustmargin_integrations.arbiter import TrustMargin, core
+from trustmargin_integrations.backends import loading
+from trustmargin_integrations.backends.spec import BackendSpec
 from trustmargin_integrations.calibration import Calibration, shipped_path
 from trustmargin_integrations.config import (
     CHAT_MAX_NEW_TOKENS,
@@ -65,11 +67,14 @@ def loads(backend: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict
     """``from_pretrained``'s loader, replaced by the session's model; the calls it got."""
     calls: list[tuple[str, dict[str, Any]]] = []
 
-    def load_backend(model: str = "smollm2-135m", **kwargs: Any) -> Any:
-        calls.append((model, kwargs))
+    def load_backend(model: Any = "smollm2-135m", field: str = "model", **kwargs: Any) -> Any:
+        spec = BackendSpec.coerce(model, field)
+        assert spec.kind == "hf"  # every load here is of the local embedded model
+        calls.append((spec.model, kwargs))
         return backend
 
     monkeypatch.setattr(core, "load_backend", load_backend)
+    monkeypatch.setattr(loading, "load_backend", load_backend)  # the CLI's factory
     monkeypatch.setattr(calibration, "_TOLD", set())  # each test sees its own first load
     return calls
 
@@ -129,21 +134,24 @@ def test_the_default_keeps_the_retrieved_answer_where_the_paper_rule_keeps_a_hal
 def test_eval_reproduces_the_paper_with_its_rule(loads: list[Any], tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     made: list[TrustMargin] = []
-    real = TrustMargin.from_pretrained.__func__  # type: ignore[attr-defined]
+    real = TrustMargin.__init__
 
-    def spy(cls: type[TrustMargin], *args: Any, **kwargs: Any) -> TrustMargin:
-        made.append(real(cls, *args, **kwargs))
-        return made[-1]
+    def spy(self: TrustMargin, *args: Any, **kwargs: Any) -> None:
+        real(self, *args, **kwargs)
+        made.append(self)
 
-    monkeypatch.setattr(TrustMargin, "from_pretrained", classmethod(spy))
+    monkeypatch.setattr(TrustMargin, "__init__", spy)
     data = tmp_path / "one.json"
     data.write_text('[{"test_id": 1, "question": "Who designed the Velmora Bridge?", '
                     '"answer": "Tomas Rilke", "passages": ["' + PASSAGE + '"]}]')
     run = run_main("eval", "--dataset", str(data), "--run-dir", str(tmp_path / "run"),
                    "--noise-limit", "0", "--no-report")
     assert run.exit_code == 0, run.output
-    assert len(made) == 1 and made[0].config.policy == "rule"
-    assert (made[0].config.tau, made[0].config.lambda_bind) == (-1.5, 0.5)
+    # Every arbiter eval builds (its own, and the one for short answers given back) applies
+    # the paper's rule with the paper's numbers, not the model's shipped policy.
+    assert made and len(loads) == 1
+    assert all((tm.config.policy, tm.config.tau, tm.config.lambda_bind) == ("rule", -1.5, 0.5)
+               for tm in made)
 
 
 # -- quiet loads, no warnings in notebooks ----------------------------------------------------

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from trustmargin_integrations.arbiter import core
+from trustmargin_integrations.backends.spec import BackendSpec
 
 pytestmark = pytest.mark.slow
 
@@ -45,11 +46,12 @@ def snippets(path: Path) -> list[str]:
 def run_blocks(path: Path, backend: Any, monkeypatch: pytest.MonkeyPatch) -> str:
     """Run the page's blocks in one namespace; return what they printed."""
 
-    def load_backend(model: str = "smollm2-135m", **kwargs: Any) -> Any:
+    def load_backend(model: Any = "smollm2-135m", field: str = "model", **kwargs: Any) -> Any:
         # The snippets load the embedded model; the session already holds that same model,
         # so it is reused instead of loaded again. Everything else in from_pretrained (the
         # shipped policy of the default, calibration=None for the paper's rule) runs for real.
-        assert model == "smollm2-135m" and not kwargs
+        assert BackendSpec.coerce(model, field) == BackendSpec("hf", "smollm2-135m")
+        assert not kwargs
         return backend
 
     monkeypatch.setattr(core, "load_backend", load_backend)
