@@ -143,8 +143,14 @@ def _given(example: EvalExample, texts: Mapping[str, str]) -> dict[str, Any]:
     """One arbitration input: both chat texts given (an empty generation is said as such)."""
     return {"id": example.id, "question": example.question,
             "passages": list(example.passages or ()),
-            "direct_answer": texts["direct_text"] or "(no answer)",
-            "rag_answer": texts["rag_text"] or "(no answer)"}
+            "direct_answer": _stated(texts["direct_text"]),
+            "rag_answer": _stated(texts["rag_text"])}
+
+
+def _stated(text: str) -> str:
+    """A generated chat text as a candidate: an empty generation is said as such (the
+    arbiter and the check read the same text for it)."""
+    return text or "(no answer)"
 
 
 def labeled_records(records: Sequence[LongFormRecord]) -> list[dict[str, Any]]:
@@ -154,8 +160,8 @@ def labeled_records(records: Sequence[LongFormRecord]) -> list[dict[str, Any]]:
     return [{"id": r.example.id, "question": r.example.question,
              "answers": list(r.example.answers),
              "passages": [{"title": p.title, "text": p.text} for p in r.example.passages or ()],
-             "direct_answer": r.direct_text or "(no answer)",
-             "rag_answer": r.rag_text or "(no answer)"} for r in records]
+             "direct_answer": _stated(r.direct_text), "rag_answer": _stated(r.rag_text)}
+            for r in records]
 
 
 def longform_bootstrap(records: Sequence[LongFormRecord], metric: str, *, seed: int = 0
