@@ -75,7 +75,7 @@ def load_tokenizer(directory: str | None) -> tuple[Any, str]:
     from transformers import AutoTokenizer
 
     if directory is None:
-        from trustmargin_integrations.models import resolve_model
+        from trustmargin_integrations.model_store import resolve_model
 
         _, path = resolve_model("smollm2-135m")
         directory = str(path)

@@ -31,7 +31,7 @@ from trustmargin_integrations.backends.fleet import Fleet
 from trustmargin_integrations.backends.loading import cpu_threads, load_backend
 from trustmargin_integrations.backends.openai_compat import OpenAICompatBackend
 from trustmargin_integrations.config import TrustMarginConfig
-from trustmargin_integrations.models import REGISTRY
+from trustmargin_integrations.model_store import REGISTRY
 from trustmargin_integrations.schema import Decision
 
 # The development server helper lives with the tests, not in the library.

@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 
 from trustmargin_integrations.evaluation.bootstrap import grouped_bootstrap
-from trustmargin_integrations.evaluation.calibration import split_holdout
 from trustmargin_integrations.evaluation.datasets import load_named
 from trustmargin_integrations.evaluation.diagnostics import Scored, score_decision, score_records
+from trustmargin_integrations.evaluation.domain_check import check_policy
 from trustmargin_integrations.evaluation.learning_curve import (
     DEFAULT_SEEDS,
     SIZES,
@@ -41,8 +41,8 @@ from trustmargin_integrations.evaluation.learning_curve import (
     curve_samples,
     format_rows,
 )
-from trustmargin_integrations.evaluation.policy import PolicyTable
-from trustmargin_integrations.evaluation.policy_check import check_policy
+from trustmargin_integrations.evaluation.policy_selection import PolicyTable
+from trustmargin_integrations.evaluation.rule_fit import split_holdout
 from trustmargin_integrations.evaluation.rundir import load_run
 from trustmargin_integrations.rule import Policy
 from trustmargin_integrations.schema import Decision

@@ -54,7 +54,7 @@ def server_url(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
     if args.url:
         yield args.url, args.model
         return
-    from trustmargin_integrations.models import REGISTRY
+    from trustmargin_integrations.model_store import REGISTRY
 
     gguf = REGISTRY["smollm2-135m"].locate()
     with LlamaCppServer(gguf, alias="smollm2-135m", n_ctx=args.n_ctx,

@@ -13,7 +13,8 @@ from trustmargin_integrations import (
     TrustMarginConfig,
 )
 from trustmargin_integrations.backends.hf import HFBackend
-from trustmargin_integrations.margins import compute_margins, decide
+from trustmargin_integrations.rule import compute_margins
+from trustmargin_integrations.rule.positional import decide
 from trustmargin_integrations.schema import Passage
 
 PASSAGES = [

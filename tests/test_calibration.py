@@ -1,5 +1,5 @@
-"""Calibration of lambda_bind and tau from cached Decisions (evaluation/calibration.py; the
-file model: calibration.py).
+"""Calibration of lambda_bind and tau from cached Decisions (evaluation/rule_fit.py; the
+file model: calibration_file.py).
 
 Synthetic Decisions carry margins generated with a known (lambda, tau) and gold answers that
 make that rule exactly right, so the fit must find it; cross-validation is instrumented to
@@ -20,23 +20,23 @@ import pytest
 from typer.testing import CliRunner
 
 from trustmargin_integrations.arbiter import TrustMargin
-from trustmargin_integrations.calibration import Calibration
+from trustmargin_integrations.calibration_file import Calibration
 from trustmargin_integrations.cli import app
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
-from trustmargin_integrations.evaluation import calibration as cal
-from trustmargin_integrations.evaluation.calibration import (
-    LAMBDAS,
-    TAUS,
-    Problem,
-    assign_folds,
-    cross_validate,
-)
+from trustmargin_integrations.evaluation import rule_fit as cal
 from trustmargin_integrations.evaluation.diagnostics import (
     hyperparameter_grid,
     method_scores,
     score_decision,
     score_records,
+)
+from trustmargin_integrations.evaluation.rule_fit import (
+    LAMBDAS,
+    TAUS,
+    Problem,
+    assign_folds,
+    cross_validate,
 )
 from trustmargin_integrations.prompts import PROMPT_VERSION
 from trustmargin_integrations.schema import Decision

@@ -17,15 +17,15 @@ import pytest
 from typer.testing import CliRunner
 
 from trustmargin_integrations.arbiter import TrustMargin
-from trustmargin_integrations.calibration import Calibration, shipped_models, shipped_path
+from trustmargin_integrations.calibration_file import Calibration, shipped_models, shipped_path
 from trustmargin_integrations.cli import app
 from trustmargin_integrations.errors import InvalidInputError
-from trustmargin_integrations.evaluation import calibration as cal
-from trustmargin_integrations.evaluation.calibrate import calibrate_run
-from trustmargin_integrations.evaluation.calibration import Problem, split_holdout
+from trustmargin_integrations.evaluation import rule_fit as cal
+from trustmargin_integrations.evaluation.calibrate_command import calibrate_run
 from trustmargin_integrations.evaluation.datasets import EvalExample
 from trustmargin_integrations.evaluation.diagnostics import score_decision
 from trustmargin_integrations.evaluation.report import build_report
+from trustmargin_integrations.evaluation.rule_fit import Problem, split_holdout
 from trustmargin_integrations.evaluation.rundir import open_store, record_dataset
 from trustmargin_integrations.evaluation.runner import EvalRecord
 from trustmargin_integrations.prompts import PROMPT_VERSION
@@ -199,7 +199,7 @@ def test_report_applies_a_calibration_files_policy_not_only_its_numbers(tmp_path
                                                                        ) -> None:
     """A file written by ``trustmargin check`` may say "always RAG": the report's row for it
     must be plain RAG's scores, not the margin rule under the file's lambda and tau."""
-    from trustmargin_integrations.policies import Policy
+    from trustmargin_integrations.rule import Policy
 
     run = tmp_path / "run"
     _write_run(run, {"a": 50, "b": 30}, types=("comparison", "compositional"))
@@ -220,7 +220,7 @@ def test_report_applies_a_calibration_files_policy_not_only_its_numbers(tmp_path
 
 
 def test_grid_choices_are_the_replayed_rule_in_every_cell() -> None:
-    # The grid is computed array-wise with margins.py's combined_margin and overrides; it must
+    # The grid is computed array-wise with the rule package's array forms; it must
     # equal Decision.replay cell by cell, settled decisions and margins at a cell edge included.
     rng = np.random.default_rng(5)
     decisions = [_decision(f"x:{i}", float(rng.uniform(-4, 4)), float(rng.uniform(-3, 3)))
@@ -261,7 +261,7 @@ def test_check_with_holdout_chooses_on_one_part_and_scores_on_the_other(
     """``check --holdout 0.5``: the policy is chosen on the fitted half only (a spy on the
     selection's questions), and the file's held-out row is that policy replayed on the other
     half (``Decision.replay_policy``), next to the paper's rule and both sources."""
-    from trustmargin_integrations.evaluation import check_run as module
+    from trustmargin_integrations.evaluation import check_command as module
     from trustmargin_integrations.evaluation.diagnostics import score_records
     from trustmargin_integrations.evaluation.rundir import load_run
 
@@ -275,14 +275,14 @@ def test_check_with_holdout_chooses_on_one_part_and_scores_on_the_other(
         return real(table, index, **kwargs)
 
     monkeypatch.setattr(module, "check_policy", spy)
-    from trustmargin_integrations.evaluation import calibrate
+    from trustmargin_integrations.evaluation import calibrate_command
     reads: list[Path] = []
 
     def counted_load_run(run_dir: Path) -> Any:
         reads.append(Path(run_dir))
         return load_run(run_dir)
 
-    for reader in (calibrate, module):  # every module of the check that could read the run
+    for reader in (calibrate_command, module):  # each module of the check that could read the run
         monkeypatch.setattr(reader, "load_run", counted_load_run, raising=False)
     result, c = module.check_run(run, folds=2, resamples=200, holdout=0.5, split_seed=1)
     assert reads == [run]  # the run is read (and its records scored) once, not per stage

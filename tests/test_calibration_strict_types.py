@@ -14,7 +14,7 @@ from cli_support import run_main
 from run_support import forbid_model_load, synthetic_run
 
 from trustmargin_integrations.arbiter import TrustMargin
-from trustmargin_integrations.calibration import Calibration
+from trustmargin_integrations.calibration_file import Calibration
 from trustmargin_integrations.errors import InvalidInputError
 
 

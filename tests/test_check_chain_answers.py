@@ -16,9 +16,9 @@ from cli_support import run_main
 
 import trustmargin_integrations
 from trustmargin_integrations.arbiter import TrustMargin
-from trustmargin_integrations.calibration import Calibration
+from trustmargin_integrations.calibration_file import Calibration
 from trustmargin_integrations.errors import InvalidInputError
-from trustmargin_integrations.evaluation.calibrate import LoadedRun
+from trustmargin_integrations.evaluation.calibrate_command import LoadedRun
 from trustmargin_integrations.evaluation.datasets import load_examples
 from trustmargin_integrations.evaluation.metrics import token_f1
 

@@ -13,10 +13,10 @@ import pytest
 from cli_support import DEMO, run_main, write_labeled
 
 from trustmargin_integrations.arbiter import TrustMargin
-from trustmargin_integrations.calibration import Calibration
+from trustmargin_integrations.calibration_file import Calibration
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.datasets import load_examples
-from trustmargin_integrations.evaluation.policy import POLICY_KINDS
+from trustmargin_integrations.evaluation.policy_selection import POLICY_KINDS
 from trustmargin_integrations.prompts import PROMPT_VERSION
 from trustmargin_integrations.rule import Policy
 

@@ -26,8 +26,8 @@ from run_support import forbid_model_load
 
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.errors import InvalidInputError
-from trustmargin_integrations.evaluation.calibrate import calibrate_run
-from trustmargin_integrations.evaluation.check_run import check_run
+from trustmargin_integrations.evaluation.calibrate_command import calibrate_run
+from trustmargin_integrations.evaluation.check_command import check_run
 
 QUESTIONS = ("q00", "q02", "q04", "q05", "q09", "q11", "q14", "q16")
 COPIES = 150
@@ -222,7 +222,7 @@ def test_check_answers_each_distinct_question_once(
 
 
 def test_the_library_refuses_repeated_ids_before_fitting(tmp_path: Path) -> None:
-    from trustmargin_integrations.evaluation.check_run import check_plan
+    from trustmargin_integrations.evaluation.check_command import check_plan
 
     with pytest.raises(InvalidInputError, match="'a' more than once") as err:
         check_plan(["x"] * 8, ["a", "b", "c", "d", "e", "f", "g", "a"], folds=2, holdout=0.5,

@@ -25,11 +25,11 @@ from notebook_support import execute_notebook
 
 import trustmargin_integrations.langchain as lc
 import trustmargin_integrations.llama_index as li
-from trustmargin_integrations import calibration
+from trustmargin_integrations import calibration_file
 from trustmargin_integrations.arbiter import TrustMargin, core
 from trustmargin_integrations.backends import loading
 from trustmargin_integrations.backends.spec import BackendSpec
-from trustmargin_integrations.calibration import Calibration, shipped_path
+from trustmargin_integrations.calibration_file import Calibration, shipped_path
 from trustmargin_integrations.config import (
     CHAT_MAX_NEW_TOKENS,
     CHAT_MAX_NEW_TOKENS_LIMIT,
@@ -75,7 +75,7 @@ def loads(backend: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict
 
     monkeypatch.setattr(core, "load_backend", load_backend)
     monkeypatch.setattr(loading, "load_backend", load_backend)  # the CLI's factory
-    monkeypatch.setattr(calibration, "_TOLD", set())  # each test sees its own first load
+    monkeypatch.setattr(calibration_file, "_TOLD", set())  # each test sees its own first load
     return calls
 
 

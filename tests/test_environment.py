@@ -110,7 +110,7 @@ def _es_connect() -> object:
 
 
 def _cache() -> object:
-    from trustmargin_integrations.models import cache_root
+    from trustmargin_integrations.model_store import cache_root
     return cache_root()
 
 

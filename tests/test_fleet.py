@@ -37,7 +37,7 @@ from trustmargin_integrations.errors import (
     ServerUnavailableError,
 )
 from trustmargin_integrations.evaluation.runner import example_key, settings_for
-from trustmargin_integrations.models import REGISTRY
+from trustmargin_integrations.model_store import REGISTRY
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 

@@ -100,7 +100,7 @@ def test_a_document_dict_without_page_content_is_a_typed_error(tm: TrustMargin) 
 def test_a_duplicate_json_key_is_refused_at_every_reader(tmp_path: Path) -> None:
     """The standard parser silently keeps the last of two equal keys; every file a user
     gives us (score input, corpus, dataset, calibration) refuses it, naming the record."""
-    from trustmargin_integrations.calibration import Calibration
+    from trustmargin_integrations.calibration_file import Calibration
     from trustmargin_integrations.evaluation.datasets import load_examples
     from trustmargin_integrations.retrieval.corpus import load_corpus
 

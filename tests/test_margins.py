@@ -1,17 +1,13 @@
-"""The one decision rule (margins.py) against hand-computed values, and its three users:
-the arbiter's verdict, Decision.replay (the lambda x tau grid) and Decision.chose_rag."""
+"""The one decision rule (rule/policies.py, here through its positional form) against
+hand-computed values, and its three users: the arbiter's verdict, Decision.replay (the lambda x
+tau grid) and Decision.chose_rag."""
 
 from __future__ import annotations
 
 import pytest
 
-from trustmargin_integrations.margins import (
-    SETTLED,
-    compute_margins,
-    decide,
-    settle,
-    settle_among,
-)
+from trustmargin_integrations.rule import SETTLED, compute_margins, settle, settle_among
+from trustmargin_integrations.rule.positional import decide
 from trustmargin_integrations.schema import Decision, ViewLikelihoods
 
 

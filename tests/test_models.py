@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from trustmargin_integrations.errors import CacheCorruptError, ModelLoadError
-from trustmargin_integrations.models import (
+from trustmargin_integrations.model_store import (
     MANIFEST,
     REGISTRY,
     assemble_split_gguf,

@@ -22,7 +22,8 @@ from trustmargin_integrations.backends.base import (
 )
 from trustmargin_integrations.backends.hf import HFBackend
 from trustmargin_integrations.demo import demo_corpus
-from trustmargin_integrations.margins import compute_margins, decide, decide_among
+from trustmargin_integrations.rule import compute_margins
+from trustmargin_integrations.rule.positional import decide, decide_among
 from trustmargin_integrations.schema import Decision, ViewLikelihoods
 
 # -- helpers --------------------------------------------------------------------------------

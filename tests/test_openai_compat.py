@@ -36,7 +36,7 @@ from trustmargin_integrations.backends.base import Backend, ContinuationRequest
 from trustmargin_integrations.backends.openai_compat import OpenAICompatBackend, redact_url
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import BackendError, InvalidInputError
-from trustmargin_integrations.models import REGISTRY
+from trustmargin_integrations.model_store import REGISTRY
 
 LIKELIHOOD_TOL = 0.25
 """Largest allowed |l_remote - l_local| per length-normalized likelihood (nats per token)."""

@@ -47,9 +47,9 @@ from trustmargin_integrations.llama_index import (
     TrustMarginQueryEngine,
     build_flare_engine,
 )
-from trustmargin_integrations.margins import SETTLED
 from trustmargin_integrations.pipelines import IRCoTPipeline, PipelineResult, build_pipeline
 from trustmargin_integrations.retrieval import BM25Index
+from trustmargin_integrations.rule import SETTLED
 from trustmargin_integrations.schema import Decision
 
 pytestmark = pytest.mark.slow

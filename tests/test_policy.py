@@ -15,16 +15,20 @@ import numpy as np
 import pytest
 
 from trustmargin_integrations.errors import InvalidInputError
-from trustmargin_integrations.evaluation import policy as policy_module
-from trustmargin_integrations.evaluation import policy_check
-from trustmargin_integrations.evaluation.calibration import Problem, assign_folds
+from trustmargin_integrations.evaluation import domain_check
+from trustmargin_integrations.evaluation import policy_selection as policy_module
 from trustmargin_integrations.evaluation.diagnostics import Scored, score_decision
+from trustmargin_integrations.evaluation.domain_check import PolicyCheckResult, check_policy
 from trustmargin_integrations.evaluation.learning_curve import curve_rows, curve_samples
-from trustmargin_integrations.evaluation.policy import POLICY_KINDS, PolicyTable, select_policy
-from trustmargin_integrations.evaluation.policy_check import PolicyCheckResult, check_policy
-from trustmargin_integrations.margins import Verdict, decide_among, settle_among
-from trustmargin_integrations.policies import Policy, apply_policy
+from trustmargin_integrations.evaluation.policy_selection import (
+    POLICY_KINDS,
+    PolicyTable,
+    select_policy,
+)
+from trustmargin_integrations.evaluation.rule_fit import Problem, assign_folds
 from trustmargin_integrations.prompts import PROMPT_VERSION
+from trustmargin_integrations.rule import Policy, Verdict, settle_among
+from trustmargin_integrations.rule.positional import apply_policy, decide_among
 from trustmargin_integrations.schema import Decision
 
 ALL_POLICIES = [Policy.paper(), Policy.fitted(1.2, -0.7), Policy.fitted(0.0, 0.25),
@@ -233,7 +237,7 @@ def test_selection_never_sees_the_questions_it_is_scored_on(
         fits.append((open_selection[-1], {int(q) for q in index}))  # type: ignore[attr-defined]
         return real_fit(self, index)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(policy_check, "select_policy", spy_select)
+    monkeypatch.setattr(domain_check, "select_policy", spy_select)
     monkeypatch.setattr(Problem, "fit", spy_fit)
     result = check_policy(table, folds=4, seed=3, resamples=300, selection_resamples=200)
     everything = set(range(len(table)))

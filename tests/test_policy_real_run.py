@@ -15,10 +15,10 @@ import pytest
 
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.evaluation.diagnostics import method_scores, score_records
-from trustmargin_integrations.evaluation.policy import PolicyTable
-from trustmargin_integrations.evaluation.policy_check import PolicyCheckResult, check_policy
-from trustmargin_integrations.margins import SETTLED, Verdict
-from trustmargin_integrations.policies import Policy, apply_policy
+from trustmargin_integrations.evaluation.domain_check import PolicyCheckResult, check_policy
+from trustmargin_integrations.evaluation.policy_selection import PolicyTable
+from trustmargin_integrations.rule import SETTLED, Policy, Verdict
+from trustmargin_integrations.rule.positional import apply_policy
 
 QUESTIONS = ("q00", "q02", "q04", "q05", "q09", "q11", "q14", "q16")
 

@@ -17,7 +17,7 @@ from langchain_core.documents import Document
 from llama_index.core.query_engine import RetrieverQueryEngine
 
 from trustmargin_integrations.arbiter import TrustMargin
-from trustmargin_integrations.calibration import Calibration, shipped_models, shipped_path
+from trustmargin_integrations.calibration_file import Calibration, shipped_models, shipped_path
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.langchain import TrustMarginRouter
@@ -27,8 +27,8 @@ from trustmargin_integrations.llama_index import (
     PassageRetriever,
     TrustMarginQueryEngine,
 )
-from trustmargin_integrations.policies import Policy
 from trustmargin_integrations.retrieval import BM25Index
+from trustmargin_integrations.rule import Policy
 from trustmargin_integrations.schema import Decision, Passage
 
 # The passage does not support the RAG answer, so the paper's rule keeps the closed-book

@@ -26,7 +26,7 @@ from cli_support import DEMO, run_main, write_labeled
 from llama_cpp_server import LlamaCppServer
 
 from trustmargin_integrations.arbiter import TrustMargin
-from trustmargin_integrations.calibration import Calibration
+from trustmargin_integrations.calibration_file import Calibration
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.evaluation.datasets import EvalExample, load_dataset, load_examples
 from trustmargin_integrations.evaluation.rundir import load_run
@@ -36,7 +36,7 @@ from trustmargin_integrations.evaluation.runner import (
     RetrieverPassages,
     short_answer_arbiter,
 )
-from trustmargin_integrations.models import REGISTRY
+from trustmargin_integrations.model_store import REGISTRY
 from trustmargin_integrations.retrieval.bm25 import BM25Index
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
@@ -149,7 +149,7 @@ def test_check_on_a_server_records_its_backend(
     fitted = Calibration.load(policy)
     assert (fitted.backend_kind, fitted.backend_model) == ("openai", "smollm2-135m")
     assert Calibration.load(tmp_path / "local" / "policy.json").backend_kind == "hf"
-    with caplog.at_level(logging.WARNING, logger="trustmargin_integrations.calibration"):
+    with caplog.at_level(logging.WARNING, logger="trustmargin_integrations.calibration_file"):
         TrustMargin.calibrated(tm.backend, policy)  # fitted on the server, loaded locally
     assert any("openai:smollm2-135m" in r.getMessage() and
                f"hf:{tm.backend.model_id}" in r.getMessage() for r in caplog.records)

@@ -117,10 +117,10 @@ def test_router_calls_under_different_policies_share_one_session(
 
 def test_changing_tau_on_a_cached_eval_run_loads_no_model(
         tm: TrustMargin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from trustmargin_integrations.evaluation.calibration import Problem
     from trustmargin_integrations.evaluation.datasets import load_dataset
     from trustmargin_integrations.evaluation.diagnostics import score_records
-    from trustmargin_integrations.evaluation.policy import PolicyTable
+    from trustmargin_integrations.evaluation.policy_selection import PolicyTable
+    from trustmargin_integrations.evaluation.rule_fit import Problem
     from trustmargin_integrations.evaluation.rundir import load_run, open_store, record_dataset
     from trustmargin_integrations.evaluation.runner import PrecomputedPassages, run_eval
 

@@ -24,7 +24,7 @@ from trustmargin_integrations.backends.openai_compat.tokenizer import (
     served_tokenizer,
 )
 from trustmargin_integrations.errors import ModelLoadError
-from trustmargin_integrations.models import REGISTRY, resolve_model
+from trustmargin_integrations.model_store import REGISTRY, resolve_model
 
 TEXTS = [
     "Ridley Scott", " Ridley Scott", "Goiás", "1,234 km²", "TrustMargin checks: Goiás, 1,234 km².",

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from llama_cpp_server import LlamaCppServer
 
-from trustmargin_integrations.models import REGISTRY
+from trustmargin_integrations.model_store import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]
 FLOW = ROOT / "tests" / "torch_free_flow.py"

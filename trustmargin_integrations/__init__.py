@@ -41,10 +41,10 @@ if TYPE_CHECKING:
         ModelLoadError,
         TrustMarginError,
     )
-    from trustmargin_integrations.margins import decide
     from trustmargin_integrations.prompts import PROMPT_VERSION
     from trustmargin_integrations.retrieval import BM25Index, Retriever, load_corpus
     from trustmargin_integrations.rule import Margins, Policy, Verdict, compute_margins, settle
+    from trustmargin_integrations.rule.positional import decide
     from trustmargin_integrations.schema import (
         ArbitrationInput,
         Decision,
@@ -63,7 +63,7 @@ _MODULE_OF = {
     "BackendError": "errors", "CacheCorruptError": "errors", "InvalidInputError": "errors",
     "ModelLoadError": "errors", "TrustMarginError": "errors",
     "Margins": "rule", "Policy": "rule", "Verdict": "rule", "compute_margins": "rule",
-    "decide": "margins", "settle": "rule",
+    "decide": "rule.positional", "settle": "rule",
     "PROMPT_VERSION": "prompts",
     "BM25Index": "retrieval", "Retriever": "retrieval", "load_corpus": "retrieval",
     "ArbitrationInput": "schema", "Decision": "schema", "Passage": "schema",

@@ -131,7 +131,7 @@ def benchmark_evidence() -> list[str]:
     Twenty demo questions cannot settle whether TrustMargin helps; these lines point to the
     measured effect on hundreds of real questions, read from the files the package ships.
     """
-    from trustmargin_integrations.calibration import Calibration, shipped_models
+    from trustmargin_integrations.calibration_file import Calibration, shipped_models
 
     lines = []
     for name in shipped_models():

@@ -7,8 +7,8 @@ from importlib.resources import files
 
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.config import TrustMarginConfig
-from trustmargin_integrations.policies import Policy
 from trustmargin_integrations.retrieval import BM25Index
+from trustmargin_integrations.rule import Policy
 
 root = files("trustmargin_integrations").joinpath("demo_data")
 questions = json.loads(root.joinpath("questions.json").read_text())[:10]

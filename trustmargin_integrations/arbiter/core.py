@@ -29,7 +29,7 @@ from trustmargin_integrations.arbiter.preparation import PreparedQuestion, prepa
 from trustmargin_integrations.backends.base import Backend
 from trustmargin_integrations.backends.loading import load_backend
 from trustmargin_integrations.backends.spec import BackendSpec
-from trustmargin_integrations.calibration import AUTO, Calibration, calibration_for
+from trustmargin_integrations.calibration_file import AUTO, Calibration, calibration_for
 from trustmargin_integrations.config import TrustMarginConfig, check_rule_value
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.prompts import PROMPT_VERSION
@@ -91,7 +91,7 @@ class TrustMargin:
         local transformers model (``hf:NAME`` or a bare named model, HF id, directory or GGUF
         file) or an OpenAI-compatible server (``openai:URL#MODEL``).
 
-        ``calibration`` (:func:`~trustmargin_integrations.calibration.calibration_for`) says
+        ``calibration`` (:func:`~trustmargin_integrations.calibration_file.calibration_for`) says
         who decides:
 
         - ``"auto"`` (the default): the policy this package ships for a named model (the domain
@@ -101,7 +101,7 @@ class TrustMargin:
           ``tau`` or ``lambda_bind`` keeps its own rule.
         - ``None``: the paper's rule (lambda_bind 0.5, tau -1.5), or the rule ``config`` sets.
         - a file written by ``trustmargin calibrate`` / ``trustmargin check``, a loaded
-          :class:`~trustmargin_integrations.calibration.Calibration`, or ``"shipped"``: its
+          :class:`~trustmargin_integrations.calibration_file.Calibration`, or ``"shipped"``: its
           policy and numbers replace the config's, after checking it was fitted for this model
           and prompt version.
 

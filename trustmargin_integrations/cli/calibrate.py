@@ -33,7 +33,11 @@ def calibrate(
     Load the result with ``TrustMargin.from_pretrained(model, calibration=FILE)``.
     """
     from trustmargin_integrations.evaluation.bootstrap import check_resamples
-    from trustmargin_integrations.evaluation.calibrate import LoadedRun, calibrate_run, describe
+    from trustmargin_integrations.evaluation.calibrate_command import (
+        LoadedRun,
+        calibrate_run,
+        describe,
+    )
 
     check_resamples(resamples, "--resamples")  # before any model or file work
     if objective not in ("f1", "em"):

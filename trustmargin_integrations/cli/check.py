@@ -4,7 +4,7 @@ Input: an eval run directory (as ``calibrate`` takes), or a labeled JSON / JSONL
 ``{question, answer | answers, passages}`` records (with ``--corpus`` / ``--index`` when the
 records have no passages). A file is generated and scored once into a resumable run
 directory by ``eval``'s own machinery; then the domain check
-(:mod:`trustmargin_integrations.evaluation.policy_check`) chooses the policy, prints its
+(:mod:`trustmargin_integrations.evaluation.domain_check`) chooses the policy, prints its
 one-line verdict and the candidates, and writes the policy as a calibration file.
 """
 
@@ -86,8 +86,8 @@ def check(
     ``--calibration FILE``.
     """
     from trustmargin_integrations.evaluation.bootstrap import check_resamples
-    from trustmargin_integrations.evaluation.calibrate import LoadedRun
-    from trustmargin_integrations.evaluation.check_run import check_run, describe_check
+    from trustmargin_integrations.evaluation.calibrate_command import LoadedRun
+    from trustmargin_integrations.evaluation.check_command import check_run, describe_check
     from trustmargin_integrations.evaluation.rundir import guard_output
 
     check_resamples(resamples, "--resamples")  # before any model or file work
@@ -160,7 +160,7 @@ def _generate_and_score(labeled: Path, run_dir: Path, *, corpus: Path | None,
     refusal the check would make after generating (too few questions, repeated ids under
     --holdout, records without passages) is made before the model loads."""
     from trustmargin_integrations.cli.evaluate import _check_options, _evaluate, _source
-    from trustmargin_integrations.evaluation.check_run import check_plan
+    from trustmargin_integrations.evaluation.check_command import check_plan
     from trustmargin_integrations.evaluation.datasets import load_examples
     from trustmargin_integrations.evaluation.distinct import Distinct
     from trustmargin_integrations.evaluation.runner import PrecomputedPassages

@@ -110,7 +110,7 @@ def calibration_option(value: Any, model: str, config: dict[str, Any]) -> Any:
     is an error."""
     if value is None:
         return None
-    from trustmargin_integrations.calibration import Calibration
+    from trustmargin_integrations.calibration_file import Calibration
 
     for key in ("tau", "lambda_bind"):
         if key in config:
@@ -133,7 +133,7 @@ def usage_line(calibration: Any, path: Path) -> str:
 def calibration_path(value: str | None) -> Path | None:
     """The file a --calibration option reads (None without one, or for 'shipped'), so that
     the output guard never lets a command write over it."""
-    from trustmargin_integrations.calibration import SHIPPED
+    from trustmargin_integrations.calibration_file import SHIPPED
 
     return None if value is None or value == SHIPPED else Path(value)
 

@@ -1,7 +1,7 @@
 """How many labeled questions the domain check needs: learning curves by subsampling.
 
 For one dataset, a sample of ``size`` labeled questions is drawn (seeded, without
-replacement); :func:`~.policy.select_policy` runs on that sample alone and the policy it
+replacement); :func:`~.policy_selection.select_policy` runs on that sample alone and the policy it
 chooses is scored on the *rest* of the dataset, the questions a user would go on to answer.
 Over many seeds each row reports, on the rest (x100):
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trustmargin_integrations.evaluation.policy import (
+from trustmargin_integrations.evaluation.policy_selection import (
     CRITERIA,
     DEFAULT_FOLDS,
     SELECTION_RESAMPLES,

@@ -204,7 +204,7 @@ class HFBackend(LocalTokenizerMixin, TokenDecoding):
         """
         from transformers import AutoTokenizer
 
-        from trustmargin_integrations.models import resolve_model
+        from trustmargin_integrations.model_store import resolve_model
 
         model_id, local = resolve_model(model)
         source = str(local) if local is not None else model

@@ -153,7 +153,7 @@ def served_tokenizer(source: str | os.PathLike[str]) -> ServedTokenizer:
         ModelLoadError: the source is missing, holds no tokenizer, or is a GGUF whose
             tokenizer kind is not byte-level BPE.
     """
-    from trustmargin_integrations.models import REGISTRY
+    from trustmargin_integrations.model_store import REGISTRY
 
     name = str(source)
     if name in REGISTRY:

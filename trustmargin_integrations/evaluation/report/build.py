@@ -23,7 +23,7 @@ from trustmargin_integrations.evaluation.rundir import load_run
 from trustmargin_integrations.files import write_text_atomic
 
 if TYPE_CHECKING:
-    from trustmargin_integrations.calibration import Calibration
+    from trustmargin_integrations.calibration_file import Calibration
 
 REPORT_FILE = "report.md"
 """The report's default name in the run directory."""
@@ -69,7 +69,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None,
     runs = load_run(run_dir)
     fitted = None
     if calibration is not None:
-        from trustmargin_integrations.calibration import Calibration
+        from trustmargin_integrations.calibration_file import Calibration
 
         models = {rec.decision.model_id for r in runs for rec in r.records}
         fitted = Calibration.coerce(calibration, model=next(iter(models), None))

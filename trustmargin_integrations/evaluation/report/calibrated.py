@@ -8,9 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trustmargin_integrations.calibration import Calibration
+from trustmargin_integrations.calibration_file import Calibration
 from trustmargin_integrations.evaluation.bootstrap import BEST_SINGLE, comparison_key
-from trustmargin_integrations.evaluation.calibration import Problem, cross_validate
 from trustmargin_integrations.evaluation.diagnostics import (
     DEFAULT_LAMBDA,
     DEFAULT_TAU,
@@ -27,6 +26,7 @@ from trustmargin_integrations.evaluation.report.formatting import (
     metric_boots,
 )
 from trustmargin_integrations.evaluation.report.view import RunView, Section
+from trustmargin_integrations.evaluation.rule_fit import Problem, cross_validate
 from trustmargin_integrations.prompts import PROMPT_VERSION
 from trustmargin_integrations.rule import Policy
 

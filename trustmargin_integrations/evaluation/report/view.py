@@ -17,7 +17,7 @@ from trustmargin_integrations.evaluation.diagnostics import (
 from trustmargin_integrations.evaluation.rundir import DatasetRun
 
 if TYPE_CHECKING:
-    from trustmargin_integrations.calibration import Calibration
+    from trustmargin_integrations.calibration_file import Calibration
 
 
 @dataclass(frozen=True)

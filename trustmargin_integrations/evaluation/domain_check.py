@@ -1,8 +1,8 @@
 """The domain check: which policy to run on a domain, with the evidence, as a JSON-ready result.
 
-:func:`check_policy` runs :func:`~.policy.select_policy` on all labeled questions (the final
-choice, and every candidate's cross-validated score with its interval) and estimates how well
-that procedure does on questions it never saw by nested cross-validation: in each outer fold
+:func:`check_policy` runs :func:`~.policy_selection.select_policy` on all labeled questions
+(the final choice, and every candidate's cross-validated score with its interval) and estimates how
+well that procedure does on questions it never saw by nested cross-validation: in each outer fold
 the whole selection (its own inner folds, fits and decision) runs on the other folds only,
 and its choice is scored on the held-out fold. :class:`PolicyCheckResult` is the record a
 person reads (``verdict`` is one line) and the file the arbiter will load.
@@ -24,8 +24,7 @@ from trustmargin_integrations.evaluation.bootstrap import (
     Interval,
     grouped_bootstrap,
 )
-from trustmargin_integrations.evaluation.calibration import Objective, assign_folds
-from trustmargin_integrations.evaluation.policy import (
+from trustmargin_integrations.evaluation.policy_selection import (
     DEFAULT_CRITERION,
     DEFAULT_FOLDS,
     POLICY_KINDS,
@@ -35,6 +34,7 @@ from trustmargin_integrations.evaluation.policy import (
     Selection,
     select_policy,
 )
+from trustmargin_integrations.evaluation.rule_fit import Objective, assign_folds
 from trustmargin_integrations.rule import Policy
 
 ENOUGH_QUESTIONS = SMALL_SAMPLE
@@ -159,7 +159,7 @@ def check_policy(table: PolicyTable, index: Sequence[int] | None = None, *,
         index: which of them to use; no other question is fitted on or scored.
         folds: folds of both cross-validation levels.
         seed: seed of the folds and the bootstraps.
-        criterion: when the best rule is kept (see :mod:`.policy`).
+        criterion: when the best rule is kept (see :mod:`.policy_selection`).
         resamples: bootstrap resamples of the reported intervals (and the final decision).
         selection_resamples: resamples behind each outer fold's decision.
     """

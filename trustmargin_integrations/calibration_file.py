@@ -9,7 +9,7 @@ A file without a ``policy`` (written before policies existed, like the shipped o
 (by default the file shipped for a named model; ``None`` for the paper's rule), refuses it for
 another model or prompt version (:meth:`Calibration.check`) and applies it to the config
 (:meth:`Calibration.apply`). The fitting that writes these files (``trustmargin calibrate``) is
-:mod:`trustmargin_integrations.evaluation.calibration`.
+:mod:`trustmargin_integrations.evaluation.rule_fit`.
 """
 
 from __future__ import annotations

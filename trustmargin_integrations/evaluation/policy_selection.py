@@ -3,7 +3,7 @@
 The candidates are the six :data:`POLICY_KINDS` (candidate names: ``paper`` and ``fitted`` are
 both the policy ``rule``, at the paper's and at fitted numbers): the paper's
 rule (0.5, -1.5), the rule with lambda_bind and tau fitted on the grid of
-:class:`~.calibration.Problem`, ``M_bind > tau`` and ``M_prior > tau`` with tau fitted on the
+:class:`~.rule_fit.Problem`, ``M_bind > tau`` and ``M_prior > tau`` with tau fitted on the
 same tau grid, always-RAG and always-Direct. The objective is the project's: mean F1 (or EM),
 with several datasets the mean of the per-dataset means.
 
@@ -41,7 +41,7 @@ Why that criterion, and not "keep the rule unless it is significantly worse" (``
 
 Each candidate's final numbers are fitted on all of ``L``. How well the whole procedure does
 on unseen questions is estimated one level up, by nested cross-validation
-(:mod:`.policy_check`).
+(:mod:`.domain_check`).
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ import numpy as np
 
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.bootstrap import Bootstrap, Difference, grouped_bootstrap
-from trustmargin_integrations.evaluation.calibration import Objective, Problem, assign_folds
 from trustmargin_integrations.evaluation.diagnostics import Scored
+from trustmargin_integrations.evaluation.rule_fit import Objective, Problem, assign_folds
 from trustmargin_integrations.rule import PAPER_LAMBDA_BIND, PAPER_TAU, SETTLED, Policy
 
 PolicyKind = Literal["paper", "fitted", "prior_only", "bind_only", "always_rag",
@@ -82,7 +82,7 @@ Metric = Literal["f1", "em"]
 # M_bind > -3; M_prior > -1.5.
 _ONE_MARGIN_DEFAULT_TAU: dict[PolicyKind, float] = {
     "bind_only": PAPER_TAU / PAPER_LAMBDA_BIND, "prior_only": PAPER_TAU}
-_TIE = 9  # objective values equal to 9 decimals (on 0..1) are ties, as in calibration.py
+_TIE = 9  # objective values equal to 9 decimals (on 0..1) are ties, as in calibration_file.py
 
 
 class PolicyTable:

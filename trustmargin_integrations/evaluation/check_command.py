@@ -1,4 +1,4 @@
-"""``trustmargin check`` on a run directory: the domain check (:func:`~.policy_check.check_policy`)
+"""``trustmargin check`` on a run directory: the domain check (:func:`~.domain_check.check_policy`)
 on the run's cached decisions, its calibration file (the chosen policy, the fitted rule's
 numbers and provenance, and the check's evidence), and the lines the command prints.
 
@@ -11,31 +11,31 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from trustmargin_integrations.calibration import Calibration, ComparisonResult, Objective
+from trustmargin_integrations.calibration_file import Calibration, ComparisonResult, Objective
 from trustmargin_integrations.evaluation.bootstrap import DEFAULT_RESAMPLES
-from trustmargin_integrations.evaluation.calibrate import (
+from trustmargin_integrations.evaluation.calibrate_command import (
     LoadedRun,
     calibrate_run,
     comparison_lines,
 )
-from trustmargin_integrations.evaluation.calibration import (
-    CV_METHODS,
-    compare_on,
-    comparison_result,
-    require_unique_ids,
-    split_holdout,
+from trustmargin_integrations.evaluation.domain_check import (
+    PolicyCheckResult,
+    check_policy,
+    require_questions,
 )
-from trustmargin_integrations.evaluation.policy import (
+from trustmargin_integrations.evaluation.policy_selection import (
     DEFAULT_CRITERION,
     DEFAULT_FOLDS,
     POLICY_KINDS,
     Criterion,
     PolicyTable,
 )
-from trustmargin_integrations.evaluation.policy_check import (
-    PolicyCheckResult,
-    check_policy,
-    require_questions,
+from trustmargin_integrations.evaluation.rule_fit import (
+    CV_METHODS,
+    compare_on,
+    comparison_result,
+    require_unique_ids,
+    split_holdout,
 )
 from trustmargin_integrations.rule import Policy
 

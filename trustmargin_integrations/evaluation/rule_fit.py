@@ -18,10 +18,10 @@ choices over the grid is built once per run and reused by every fold.
 :func:`cross_validate` estimates what calibration buys on unseen questions: k folds stratified
 by dataset (seeded shuffle), a fit on k-1 folds scores the held-out fold, and the pooled
 held-out predictions of the calibrated rule, the default rule, Direct and RAG are compared
-with paired bootstrap intervals. :func:`~.calibrate.calibrate_run` then fits on all questions
-and builds a :class:`~trustmargin_integrations.calibration.Calibration`, the JSON file
-``TrustMargin.from_pretrained(..., calibration=path)`` loads (the file model lives in
-:mod:`trustmargin_integrations.calibration`, beside the arbiter that loads it).
+with paired bootstrap intervals. :func:`~.calibrate_command.calibrate_run` then fits on all
+questions and builds a :class:`~trustmargin_integrations.calibration_file.Calibration`, the JSON
+file ``TrustMargin.from_pretrained(..., calibration=path)`` loads (the file model lives in
+:mod:`trustmargin_integrations.calibration_file`, beside the arbiter that loads it).
 
 With ``holdout`` > 0 a seeded, dataset-stratified share of the questions is set aside first:
 the fit (and its cross-validation) sees only the rest, the file lists the ids it was fitted
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trustmargin_integrations.calibration import (
+from trustmargin_integrations.calibration_file import (
     ComparisonResult,
     CrossValidationResult,
     DifferenceResult,

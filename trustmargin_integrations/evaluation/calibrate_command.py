@@ -1,8 +1,8 @@
 """``trustmargin calibrate``: fit lambda_bind and tau on a run directory's cache and build the
 calibration file (:func:`calibrate_run`), and the plain-text summary it prints
 (:func:`describe`). The fitting itself (grid, folds, held-out comparison) is
-:mod:`trustmargin_integrations.evaluation.calibration`; the file model is
-:mod:`trustmargin_integrations.calibration`.
+:mod:`trustmargin_integrations.evaluation.rule_fit`; the file model is
+:mod:`trustmargin_integrations.calibration_file`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from trustmargin_integrations._version import __version__
-from trustmargin_integrations.calibration import (
+from trustmargin_integrations.calibration_file import (
     Calibration,
     ComparisonResult,
     FittedOn,
@@ -23,7 +23,14 @@ from trustmargin_integrations.calibration import (
 )
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.bootstrap import BEST_SINGLE, DEFAULT_RESAMPLES
-from trustmargin_integrations.evaluation.calibration import (
+from trustmargin_integrations.evaluation.diagnostics import (
+    DEFAULT_LAMBDA,
+    DEFAULT_TAU,
+    Scored,
+    score_records,
+)
+from trustmargin_integrations.evaluation.distinct import Distinct
+from trustmargin_integrations.evaluation.rule_fit import (
     LAMBDAS,
     TAUS,
     CrossValidation,
@@ -34,13 +41,6 @@ from trustmargin_integrations.evaluation.calibration import (
     require_unique_ids,
     split_holdout,
 )
-from trustmargin_integrations.evaluation.diagnostics import (
-    DEFAULT_LAMBDA,
-    DEFAULT_TAU,
-    Scored,
-    score_records,
-)
-from trustmargin_integrations.evaluation.distinct import Distinct
 from trustmargin_integrations.evaluation.rundir import DatasetRun, load_run
 
 
