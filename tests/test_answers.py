@@ -8,7 +8,6 @@ from trustmargin_integrations.answers import (
     answer_complete,
     answers_agree,
     clean_answer,
-    first_sentence,
     normalize_answer,
     scoring_form,
 )
@@ -93,9 +92,3 @@ def test_a_shared_preamble_never_makes_two_answers_agree() -> None:
     rag = "Sure! Here is what I know:\n\nIt was designed by Tomas Rilke in 1962."
     assert answers_agree(clean_answer(direct), clean_answer(rag))  # the paper's policy: preamble
     assert not answers_agree(scoring_form(direct), scoring_form(rag))
-
-
-def test_first_sentence_skips_initials_and_titles() -> None:
-    everest = "Mt. Everest is 8,849 m high."
-    assert first_sentence(f"{everest} It grows.") == everest
-    assert first_sentence("One sentence only") == "One sentence only"

@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 import string
 
+from trustmargin_integrations.sentences import first_sentence
+
 _ANSWER_PREFIX = re.compile(
     r"^\s*(?:(?:the\s+)?(?:final\s+)?answer\s*(?:is)?\s*[:：]|the\s+(?:final\s+)?answer\s+is\s)"
     r"\s*",
@@ -78,15 +80,6 @@ _MARKDOWN_EMPHASIS = re.compile(r"(\*\*|__|\*|_)(\S(?:.*?\S)?)\1")
 _MARKDOWN_LINE_MARK = re.compile(r"^\s*(?:#{1,6}\s+|>\s*|[-*+•]\s+|\d{1,2}[.)]\s+)")
 _LABEL_ONLY = re.compile(r"^\s*(?:(?:the\s+)?(?:short\s+|final\s+)?answer|response)\s*[:：]?\s*$",
                          re.IGNORECASE)
-# A sentence ends at . ! or ? followed by space and a capital, digit or quote -- except after an
-# initial ("J. R. R."), a known title or abbreviation ("Dr.", "St.", "U.S.").
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'“(\[A-Z0-9])")
-_NOT_AN_END = re.compile(
-    r"(?:\b[A-Z]|\b(?:Mr|Mrs|Ms|Dr|Prof|St|Mt|Jr|Sr|Gen|Col|Lt|Sgt|Capt|Rev|Hon|No|vs|etc|"
-    r"Inc|Ltd|Co|Corp|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)|(?:\b\w\.){2,})\.$"
-)
-
-
 def _plain_line(line: str) -> str:
     """A line without markdown emphasis, heading, quote or list markers."""
     return _MARKDOWN_EMPHASIS.sub(r"\2", _MARKDOWN_LINE_MARK.sub("", line)).strip()
@@ -103,15 +96,6 @@ def _answering_line(lines: list[str]) -> str:
             continue
         return line
     return ""
-
-
-def first_sentence(text: str) -> str:
-    """The first sentence of ``text`` (all of it when it is one sentence)."""
-    for match in _SENTENCE_END.finditer(text):
-        head = text[:match.start()]
-        if not _NOT_AN_END.search(head):
-            return head.strip()
-    return text.strip()
 
 
 def scoring_form(raw: str) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
@@ -340,37 +339,6 @@ def dedupe(passages: Sequence[Passage]) -> list[Passage]:
             seen.add(p.id)
             out.append(p)
     return out
-
-
-# -- sentences ----------------------------------------------------------------------------------
-
-# Words whose trailing period does not end a sentence ("St. Louis", "Dr. Who"). A single
-# capital letter before a period ("J. R. R. Tolkien", "U.S.") is treated the same way.
-_ABBREVIATIONS = frozenset({"mr", "mrs", "ms", "dr", "st", "mt", "jr", "sr", "vs", "no", "co",
-                            "inc", "ltd", "prof", "gen", "col", "lt", "sgt", "ft", "etc"})
-_END = re.compile(r"[.!?]")
-
-
-def ends_sentence(text: str) -> bool:
-    """True when ``text`` ends with sentence-final punctuation that is no abbreviation."""
-    if not text or text[-1] not in ".!?" or not text.strip(".!? \t\n"):
-        return False
-    if text[-1] != ".":
-        return True
-    word = re.split(r"[\s(\"']", text[:-1])[-1]
-    return not (word.lower() in _ABBREVIATIONS or (len(word) >= 1 and word[-1].isupper()
-                                                   and (len(word) == 1 or word[-2] == ".")))
-
-
-def first_sentence(text: str) -> str:
-    """The first sentence of the first non-blank line (the whole line when no sentence end
-    followed by whitespace occurs in it), stripped."""
-    line = next((ln for ln in text.replace("\r", "\n").split("\n") if ln.strip()), "").strip()
-    for match in _END.finditer(line):
-        end = match.end()
-        if (end == len(line) or line[end].isspace()) and ends_sentence(line[:end]):
-            return line[:end].strip()
-    return line
 
 
 def require_token_decoder(backend: Any, pipeline: str, needs: str) -> TokenDecoder:

@@ -28,13 +28,13 @@ from trustmargin_integrations.pipelines.base import (
     check_float,
     check_int,
     dedupe,
-    ends_sentence,
     refs,
     register,
     require_token_decoder,
 )
 from trustmargin_integrations.retrieval.base import Retriever
 from trustmargin_integrations.schema import Passage
+from trustmargin_integrations.sentences import ends_sentence
 
 
 @dataclass(frozen=True)

@@ -24,13 +24,13 @@ from trustmargin_integrations.pipelines.base import (
     PipelineStep,
     check_int,
     dedupe,
-    first_sentence,
     refs,
     register,
 )
 from trustmargin_integrations.prompts import join_passages
 from trustmargin_integrations.retrieval.base import Retriever
 from trustmargin_integrations.schema import Passage
+from trustmargin_integrations.sentences import first_sentence
 
 ANSWER_MARKER = "So the answer is:"
 # Accept the marker's common variants ("The answer is:", any case): a small model often
