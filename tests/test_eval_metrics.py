@@ -1,4 +1,5 @@
-"""Token F1 / EM against hand-computed cases (paper's normalization, aliases, yes/no)."""
+"""Token F1 / EM / gold stated against hand-computed cases (paper's normalization, aliases,
+yes/no)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import pytest
 
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.metrics import (
+    contains_gold,
     exact_match,
     mean_x100,
     token_f1,
@@ -58,8 +60,23 @@ def test_mean_is_on_the_paper_scale() -> None:
     assert mean_x100([]) == 0.0
 
 
+def test_gold_stated_in_a_chat_answer_by_hand() -> None:
+    chat = "Hello! The answer is **the Kenyan shilling**. Let me know if you need more."
+    # Stated among other words: full credit, where F1 is diluted and EM is 0.
+    assert contains_gold(chat, ["Kenyan shilling"]) == 1.0
+    assert token_f1(chat, ["Kenyan shilling"]) < 0.3 and exact_match(chat, "Kenyan shilling") == 0
+    # Any alias; one gold string is one alias (not its characters).
+    assert contains_gold(chat, ["Kenya Shilling", "Kenyan shilling"]) == 1.0
+    assert contains_gold("It is in Paris.", "Paris") == 1.0
+    # Whole words only, after normalization.
+    assert contains_gold("The Parisian quarter.", ["Paris"]) == 0.0
+    assert contains_gold("Shilling, Kenyan.", ["Kenyan shilling"]) == 0.0
+    assert contains_gold("", ["Paris"]) == 0.0
+
+
 @pytest.mark.parametrize("gold", [[], [3], None])
-def test_bad_gold_is_a_typed_error(gold: object) -> None:
+@pytest.mark.parametrize("metric", [token_f1, exact_match, contains_gold])
+def test_bad_gold_is_a_typed_error(gold: object, metric: object) -> None:
     with pytest.raises(InvalidInputError) as info:
-        token_f1("x", gold)  # type: ignore[arg-type]
+        metric("x", gold)  # type: ignore[operator]
     assert info.value.field == "gold"

@@ -24,12 +24,11 @@ from typing import Any, get_args
 
 from tqdm.auto import tqdm
 
-from trustmargin_integrations.answers import normalize_answer
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.config import ScoringForm
 from trustmargin_integrations.evaluation.bootstrap import Bootstrap, paired_bootstrap
 from trustmargin_integrations.evaluation.datasets import EvalExample
-from trustmargin_integrations.evaluation.metrics import token_f1
+from trustmargin_integrations.evaluation.metrics import contains_gold, token_f1
 from trustmargin_integrations.prompts import join_passages
 from trustmargin_integrations.schema import Decision
 from trustmargin_integrations.store import ResultStore, cache_key
@@ -70,13 +69,6 @@ class LongFormRecord:
 def methods(forms: Sequence[str]) -> list[str]:
     """The compared methods: both sources, TrustMargin under each form, the oracle."""
     return ["direct", "rag", *(f"tm:{f}" for f in forms), "oracle"]
-
-
-def contains_gold(response: str, gold: Sequence[str]) -> float:
-    """1.0 when a normalized gold alias occurs in the normalized response as whole tokens."""
-    padded = f" {normalize_answer(response)} "
-    return float(any(f" {alias} " in padded
-                     for alias in (normalize_answer(g) for g in gold) if alias))
 
 
 def _key(tm: TrustMargin, example: EvalExample, settings: Mapping[str, Any]) -> str:

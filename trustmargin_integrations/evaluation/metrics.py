@@ -1,6 +1,7 @@
-"""Token F1 and exact match, as in the paper's evaluation (HotpotQA/2Wiki-style scoring).
+"""Token F1 and exact match, as in the paper's evaluation (HotpotQA/2Wiki-style scoring), and
+"gold stated" (:func:`contains_gold`) for answers written as chat or long-form text.
 
-Both metrics compare answers after :func:`~trustmargin_integrations.answers.normalize_answer`
+All three compare answers after :func:`~trustmargin_integrations.answers.normalize_answer`
 (lowercase, punctuation and articles removed, whitespace squeezed). ``yes``/``no``/``noanswer``
 are all-or-nothing: when either side normalizes to one of them and the two differ, F1 is 0
 (token overlap between "no" and "no way" would otherwise earn partial credit). A gold answer
@@ -59,6 +60,18 @@ def token_f1(prediction: str, gold: str | Sequence[str]) -> float:
 def exact_match(prediction: str, gold: str | Sequence[str]) -> float:
     """Exact match (0 or 1), maximum over gold aliases."""
     return max(exact_match_single(prediction, g) for g in _aliases(gold))
+
+
+def contains_gold(response: str, gold: str | Sequence[str]) -> float:
+    """1.0 when a normalized gold alias occurs in the normalized response as whole tokens.
+
+    The grade for long-form and chat answers: a whole text that states the gold answer
+    among other words earns full credit, where its token F1 is diluted by the text's length
+    and its exact match is 0.
+    """
+    padded = f" {normalize_answer(response)} "
+    return float(any(f" {alias} " in padded
+                     for alias in (normalize_answer(g) for g in _aliases(gold)) if alias))
 
 
 def mean_x100(values: Sequence[float]) -> float:
