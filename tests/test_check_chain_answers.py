@@ -9,6 +9,8 @@ same lead-in on both sides, one of them wrong), since generating them would only
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,7 @@ from trustmargin_integrations.calibration_file import Calibration
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.calibrate_command import LoadedRun
 from trustmargin_integrations.evaluation.datasets import load_examples
-from trustmargin_integrations.evaluation.metrics import token_f1
+from trustmargin_integrations.evaluation.metrics import contains_gold, token_f1
 
 DEMO = Path(trustmargin_integrations.__file__).parent / "demo_data"
 IDS = ("q00", "q01", "q02", "q04", "q11", "q14")
@@ -121,3 +123,56 @@ def test_check_runs_on_a_chains_answers_and_says_how_they_were_compared(
     # Resumed from the cache: nothing is scored again.
     again = run_main(*args)
     assert again.exit_code == 0 and "0 computed" in again.output, again.output
+
+
+@pytest.mark.slow
+def test_check_by_gold_stated_grades_each_chosen_text_by_its_gold_answer(
+        tm: TrustMargin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--objective contains``: the table's numbers are the share of chosen chat texts that
+    state a gold answer, recomputed here by hand from the run's own decisions (token F1 of
+    these texts is diluted by the framing, EM is 0, so neither would say which side is right)."""
+    from trustmargin_integrations.backends.hf import HFBackend
+
+    monkeypatch.setattr(HFBackend, "load", staticmethod(lambda model, **kwargs: tm.backend))
+    records = _labeled(tmp_path / "chain.jsonl")
+    result = run_main("check", str(tmp_path / "chain.jsonl"), "--corpus",
+                      str(DEMO / "corpus.json"), "--folds", "2", "--resamples", "300",
+                      "--objective", "contains")
+    assert result.exit_code == 0, result.output
+    shown = " ".join(result.output.split())
+    assert "objective: gold stated, whether the text states a gold answer" in shown
+    verdict = next(line for line in result.output.splitlines()
+                   if line.startswith(("Keep ", "Use ")))
+    assert " gold stated [" in verdict, verdict
+
+    run_dir = tmp_path / "chain.jsonl.check"
+    by_id = {r["id"]: r for r in records}
+    chosen: dict[str, list[dict[str, object]]] = {"paper": [], "rag": [], "direct": []}
+    for s in LoadedRun.read(run_dir).scored["chain"]:
+        record = by_id[str(s.decision.id).split(":", 1)[1]]
+        chosen["paper"].append({"text": record[f"{s.decision.replay()}_answer"], **record})
+        chosen["rag"].append({"text": record["rag_answer"], **record})
+        chosen["direct"].append({"text": record["direct_answer"], **record})
+
+    def by_hand(metric: Callable[..., float], side: str) -> float:
+        return 100 * sum(metric(str(r["text"]), r["answers"]) for r in chosen[side]) / len(
+            chosen[side])
+
+    rows = {line.strip(" *").split("  ")[0]: line for line in result.output.splitlines()
+            if line.startswith((" *", "  "))}
+    for label, side in (("TrustMargin (paper: lambda 0.5, tau -1.5)", "paper"),
+                        ("always-RAG", "rag"), ("always-Direct", "direct")):
+        stated = re.search(r"gold stated\s+(\d+\.\d+)", rows[label])
+        f1 = re.search(r"F1\s+(\d+\.\d+)", rows[label])
+        assert stated and f1 and "EM" not in rows[label], rows[label]
+        assert float(stated[1]) == pytest.approx(by_hand(contains_gold, side), abs=0.005)
+        assert float(f1[1]) == pytest.approx(by_hand(token_f1, side), abs=0.005)
+    # The framing dilutes F1; the gold answer is stated in half the texts of each side.
+    assert by_hand(contains_gold, "rag") == by_hand(contains_gold, "direct") == 50.0
+    assert by_hand(token_f1, "rag") < 20.0
+
+    policy = Calibration.load(run_dir / "policy.json")
+    assert policy.objective == "contains" and policy.evidence is not None
+    assert policy.evidence["objective"] == "contains"
+    assert policy.evidence["candidates"]["paper"]["contains"]["mean"] == pytest.approx(
+        by_hand(contains_gold, "paper"))

@@ -11,11 +11,14 @@ from pathlib import Path
 
 import pytest
 from cli_support import DEMO, run_main, write_labeled
+from run_support import synthetic_run
 
 from trustmargin_integrations.arbiter import TrustMargin
-from trustmargin_integrations.calibration_file import Calibration
+from trustmargin_integrations.calibration_file import Calibration, shipped_path
 from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.evaluation.check_command import describe_check
 from trustmargin_integrations.evaluation.datasets import load_examples
+from trustmargin_integrations.evaluation.domain_check import PolicyCheckResult
 from trustmargin_integrations.evaluation.policy_selection import POLICY_KINDS
 from trustmargin_integrations.prompts import PROMPT_VERSION
 from trustmargin_integrations.rule import Policy
@@ -82,3 +85,45 @@ def test_check_runs_end_to_end_on_a_labeled_file(
                         "--out", str(tmp_path / "again.json"))
     assert from_dir.exit_code == 0, from_dir.output
     assert Calibration.load(tmp_path / "again.json").policy == c.policy
+
+
+def test_the_objective_is_recorded_in_the_written_files_and_survives_a_reload(
+        tmp_path: Path) -> None:
+    """``--objective contains`` (no model: a synthetic run directory): the policy file of
+    ``check`` and the calibration file of ``calibrate`` say what they maximized, and say it
+    again after a reload and a rewrite."""
+    run_dir = synthetic_run(tmp_path / "run")
+    for command, name in (("check", "policy.json"), ("calibrate", "calibration.json")):
+        out = tmp_path / name
+        result = run_main(command, str(run_dir), "--objective", "contains", "--folds", "2",
+                          "--resamples", "200", "--out", str(out))
+        assert result.exit_code == 0, result.output
+        assert "objective: gold stated" in result.output
+        written = Calibration.load(out)
+        assert written.objective == "contains"
+        again = Calibration.load(written.save(tmp_path / f"again-{name}"))
+        assert again == written
+    calibration = Calibration.load(tmp_path / "calibration.json")
+    assert calibration.cv is not None and calibration.cv.objective == "contains"
+    policy = Calibration.load(tmp_path / "policy.json")
+    assert policy.evidence is not None and policy.evidence["objective"] == "contains"
+    check = PolicyCheckResult.model_validate(policy.evidence)
+    # Reported beside gold stated: F1 (EM of a whole chat answer says nothing).
+    assert all(c.contains is not None and c.em is None for c in check.candidates.values())
+    bad = run_main("check", str(run_dir), "--objective", "bleu")
+    assert bad.exit_code == 2 and "contains for chat or long-form answers" in bad.output
+
+
+@pytest.mark.parametrize("model", ["smollm2-135m", "qwen2.5-1.5b"])
+def test_a_policy_file_written_before_contains_still_loads_and_prints(model: str) -> None:
+    """The shipped policy files were written when F1 and EM were the only objectives."""
+    old = Calibration.load(shipped_path(model))
+    assert old.objective == "f1" and old.evidence is not None
+    check = PolicyCheckResult.model_validate(old.evidence)
+    paper = check.candidates["paper"]
+    assert paper.score("contains") is None
+    assert paper.em is not None and paper.score("em") == paper.em
+    table = [line for line in describe_check(check, old)
+             if line.lstrip(" *").startswith("always-RAG")]
+    assert len(table) == 1 and "F1" in table[0] and "EM" in table[0]
+    assert "gold stated" not in table[0]

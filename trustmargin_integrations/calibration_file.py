@@ -21,7 +21,7 @@ import threading
 from collections.abc import Mapping
 from importlib.resources import files
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -31,8 +31,26 @@ from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.files import write_text_atomic
 from trustmargin_integrations.rule import Policy
 
-Objective = Literal["f1", "em"]
-"""The mean a calibration maximizes."""
+Objective = Literal["f1", "em", "contains"]
+"""The mean a calibration maximizes: token F1, exact match, or ``contains`` (a gold answer is
+stated in the text, normalized, as whole words: the grade for chat and long-form answers,
+whose F1 the text's length dilutes and whose exact match is about 0). Files written before
+``contains`` existed hold ``f1`` or ``em`` and load as they are."""
+OBJECTIVES: tuple[Objective, ...] = get_args(Objective)
+OBJECTIVE_LABELS: dict[Objective, str] = {"f1": "F1", "em": "EM", "contains": "gold stated"}
+"""How printouts name each objective's numbers."""
+
+
+def check_objective(value: str, field: str = "objective") -> Objective:
+    """``value`` as an :data:`Objective`, or a typed error naming ``field`` and when to use
+    which."""
+    if value not in OBJECTIVES:
+        raise InvalidInputError(field, f"must be one of {', '.join(OBJECTIVES)}, got {value!r}",
+                                "use f1 for short answers, contains for chat or long-form "
+                                "answers (em: exact match)")
+    return value  # type: ignore[return-value]
+
+
 SHIPPED = "shipped"
 """``calibration="shipped"``: the file this package ships for a named model."""
 AUTO = "auto"

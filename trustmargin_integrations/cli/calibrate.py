@@ -7,9 +7,11 @@ from typing import Annotated
 
 import typer
 
+from trustmargin_integrations.calibration_file import check_objective
 from trustmargin_integrations.cli.app import command
 from trustmargin_integrations.cli.boundary import shown
 from trustmargin_integrations.cli.common import check_run_dir, usage_line
+from trustmargin_integrations.cli.options import ObjectiveOpt
 from trustmargin_integrations.errors import InvalidInputError
 
 
@@ -18,7 +20,7 @@ def calibrate(
     run_dir: Annotated[Path, typer.Argument(help="A directory written by `trustmargin eval`.")],
     out: Annotated[Path | None, typer.Option(
         help="Calibration file to write (default RUN_DIR/calibration.json).")] = None,
-    objective: Annotated[str, typer.Option(help="Mean to maximize: f1 or em.")] = "f1",
+    objective: ObjectiveOpt = "f1",
     folds: Annotated[int, typer.Option(
         help="Cross-validation folds, stratified by dataset (0 = skip the estimate).")] = 5,
     seed: Annotated[int, typer.Option(help="Seed of the fold shuffle and the bootstrap.")] = 0,
@@ -40,9 +42,7 @@ def calibrate(
     )
 
     check_resamples(resamples, "--resamples")  # before any model or file work
-    if objective not in ("f1", "em"):
-        raise InvalidInputError("--objective", f"must be f1 or em, got {objective!r}",
-                                "pass --objective f1 or --objective em")
+    objective = check_objective(objective, "--objective")
     if folds == 1 or folds < 0:
         raise InvalidInputError("--folds", f"must be 0 or >= 2, got {folds}",
                                 "use 5 (the default), or 0 to skip cross-validation")
@@ -53,7 +53,7 @@ def calibrate(
     loaded = LoadedRun.read(run_dir)
     if loaded.repeats:
         typer.echo(f"warning: {shown(loaded.repeats)}", err=True)
-    calibration, cv = calibrate_run(loaded, objective=objective,  # type: ignore[arg-type]
+    calibration, cv = calibrate_run(loaded, objective=objective,
                                     folds=folds, seed=seed, resamples=resamples,
                                     holdout=holdout, split_seed=split_seed)
     for line in describe(calibration, cv):

@@ -15,6 +15,7 @@ from typing import Annotated, get_args
 
 import typer
 
+from trustmargin_integrations.calibration_file import check_objective
 from trustmargin_integrations.cli.app import command
 from trustmargin_integrations.cli.boundary import shown
 from trustmargin_integrations.cli.common import (
@@ -27,6 +28,7 @@ from trustmargin_integrations.cli.options import (
     BackendOpt,
     ConcurrencyOpt,
     ModelOpt,
+    ObjectiveOpt,
     RemoteModelOpt,
     RemoteUrlOpt,
 )
@@ -61,7 +63,7 @@ def check(
     ] = None,
     out: Annotated[Path | None, typer.Option(
         help="Calibration file to write (default RUN_DIR/policy.json).")] = None,
-    objective: Annotated[str, typer.Option(help="Mean to maximize: f1 or em.")] = "f1",
+    objective: ObjectiveOpt = "f1",
     folds: Annotated[int, typer.Option(help="Folds of both cross-validation levels.")] = 5,
     seed: Annotated[int, typer.Option(help="Seed of the folds and the bootstrap.")] = 0,
     resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 10_000,
@@ -91,9 +93,7 @@ def check(
     from trustmargin_integrations.evaluation.rundir import guard_output
 
     check_resamples(resamples, "--resamples")  # before any model or file work
-    if objective not in ("f1", "em"):
-        raise InvalidInputError("--objective", f"must be f1 or em, got {objective!r}",
-                                "pass --objective f1 or --objective em")
+    objective = check_objective(objective, "--objective")
     if folds < 2:
         raise InvalidInputError("--folds", f"must be >= 2, got {folds}", "use 5 (the default)")
     if not 0 <= holdout < 1:
@@ -121,7 +121,7 @@ def check(
     loaded = LoadedRun.read(target_dir)
     if loaded.repeats:
         typer.echo(f"warning: {shown(loaded.repeats)}", err=True)
-    result, calibration = check_run(loaded, objective=objective,  # type: ignore[arg-type]
+    result, calibration = check_run(loaded, objective=objective,
                                     folds=folds, seed=seed, resamples=resamples,
                                     holdout=holdout, split_seed=split_seed)
     for line in describe_check(result, calibration):

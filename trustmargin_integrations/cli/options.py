@@ -6,6 +6,8 @@ from typing import Annotated
 
 import typer
 
+from trustmargin_integrations.calibration_file import OBJECTIVES
+
 BackendOpt = Annotated[list[str] | None, typer.Option(
     "--backend",
     help="The engine and model: hf:MODEL (or a bare model name) runs it here, "
@@ -42,3 +44,14 @@ CalibrationOpt = Annotated[str | None, typer.Option(
 EsUrlOpt = Annotated[str | None, typer.Option(
     "--elasticsearch", help="Elasticsearch URL (credentials: TRUSTMARGIN_ES_* variables).")]
 EsIndexOpt = Annotated[str, typer.Option("--es-index", help="Elasticsearch index name.")]
+
+
+# A choice listed in --help, checked by the command (check_objective): a click Choice would
+# refuse a bad value with click's own box, not the one typed line naming the fix that every
+# other bad option gets.
+ObjectiveOpt = Annotated[str, typer.Option(
+    "--objective", metavar="[" + "|".join(OBJECTIVES) + "]",
+    help="The grade to maximize: f1 (token F1, the paper's; for short answers), em "
+         "(exact match), or contains (a gold answer stated in the text, normalized, as whole "
+         "words; for chat or long-form answers, whose F1 their length dilutes and whose EM is "
+         "about 0).")]

@@ -15,6 +15,7 @@ from typing import Any
 
 from trustmargin_integrations._version import __version__
 from trustmargin_integrations.calibration_file import (
+    OBJECTIVE_LABELS,
     Calibration,
     ComparisonResult,
     FittedOn,
@@ -95,7 +96,8 @@ def calibrate_run(
     Args:
         run_dir: a directory written by ``trustmargin eval``, or one already read
             (:class:`LoadedRun`).
-        objective: ``f1`` or ``em``, the mean maximized.
+        objective: the mean maximized: ``f1``, ``em`` or ``contains`` (a gold answer stated
+            in the text, for chat and long-form answers).
         folds: cross-validation folds (0 skips cross-validation).
         seed: seed of the fold shuffle and of the bootstrap.
         resamples: bootstrap resamples of the held-out comparison.
@@ -172,14 +174,28 @@ def _maybe_only(values: set[str]) -> str | None:
     return next(iter(values)) if len(values) == 1 else (", ".join(sorted(values)) or None)
 
 
+GRADED_BY: dict[Objective, str] = {
+    "f1": "token F1 against the gold answers",
+    "em": "exact match with a gold answer",
+    "contains": "whether the text states a gold answer (normalized, as whole words)",
+}
+"""What each objective grades, as the printouts say it."""
+
+
+def objective_line(objective: Objective) -> str:
+    """The printouts' line naming the objective and what it grades."""
+    return f"objective: {OBJECTIVE_LABELS[objective]}, {GRADED_BY[objective]}"
+
+
 def describe(calibration: Calibration, cv: CrossValidation | None) -> list[str]:
     """Plain-text lines summarizing a calibration (what ``trustmargin calibrate`` prints)."""
-    metric = calibration.objective.upper()
+    metric = OBJECTIVE_LABELS[calibration.objective]
     fitted = calibration.fitted_on
     lines = [f"model {calibration.model_id} ({calibration.dtype or 'dtype ?'}), prompts "
              f"{calibration.prompt_version}, retrieval {calibration.retrieval.mode} "
              f"top-{calibration.retrieval.top_k}",
-             "fitted on: " + ", ".join(f"{k} {v}" for k, v in fitted.datasets.items())]
+             "fitted on: " + ", ".join(f"{k} {v}" for k, v in fitted.datasets.items()),
+             objective_line(calibration.objective)]
     if cv is not None:
         lines += ["", f"{cv.folds}-fold cross-validation on those questions (stratified by "
                       f"dataset, seed {cv.seed}): held-out mean {metric} x100", ""]

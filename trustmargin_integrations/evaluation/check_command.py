@@ -11,14 +11,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from trustmargin_integrations.calibration_file import Calibration, ComparisonResult, Objective
+from trustmargin_integrations.calibration_file import (
+    OBJECTIVE_LABELS,
+    Calibration,
+    ComparisonResult,
+    Objective,
+)
 from trustmargin_integrations.evaluation.bootstrap import DEFAULT_RESAMPLES
 from trustmargin_integrations.evaluation.calibrate_command import (
     LoadedRun,
     calibrate_run,
     comparison_lines,
+    objective_line,
 )
 from trustmargin_integrations.evaluation.domain_check import (
+    COMPANION,
     PolicyCheckResult,
     check_policy,
     require_questions,
@@ -135,19 +142,22 @@ def describe_check(result: PolicyCheckResult, calibration: Calibration | None = 
     """What ``trustmargin check`` prints: the verdict first, then every candidate's
     cross-validated score, the nested estimate of the check itself and, when questions were
     held out, the chosen policy on them."""
-    metric = result.objective.upper()
+    metric = OBJECTIVE_LABELS[result.objective]
     lines = [result.verdict, ""]
     if calibration is not None:
-        lines += [answers_compared(calibration), ""]
+        lines += [answers_compared(calibration)]
+    lines += [f"{objective_line(result.objective)}; "
+              f"{OBJECTIVE_LABELS[COMPANION[result.objective]]} reported beside it", ""]
     lines += [f"candidate policies ({result.folds}-fold cross-validation on {result.n} labeled "
              f"questions, seed {result.seed}; mean x100, 95% interval):", ""]
     width = max(len(result.candidates[k].policy.label) for k in POLICY_KINDS)
+    metrics = (result.objective, COMPANION[result.objective])  # the objective first
     for kind in POLICY_KINDS:
         c = result.candidates[kind]
         mark = "*" if c.policy == result.chosen else " "
-        lines.append(f" {mark} {c.policy.label:<{width}}  F1 {c.f1.mean:6.2f} "
-                     f"[{c.f1.low:6.2f}, {c.f1.high:6.2f}]  EM {c.em.mean:6.2f} "
-                     f"[{c.em.low:6.2f}, {c.em.high:6.2f}]")
+        cells = [f"{OBJECTIVE_LABELS[m]} {e.mean:6.2f} [{e.low:6.2f}, {e.high:6.2f}]"
+                 for m in metrics if (e := c.score(m)) is not None]
+        lines.append(f" {mark} {c.policy.label:<{width}}  " + "  ".join(cells))
     nested = result.nested
     vs = nested.versus_fallback
     lines += ["", f"the check itself on questions its choice never saw (nested "

@@ -17,9 +17,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import mean, median
 
+from trustmargin_integrations.calibration_file import Objective, check_objective
 from trustmargin_integrations.config import PAPER_LAMBDA_BIND, PAPER_TAU
 from trustmargin_integrations.errors import InvalidInputError
-from trustmargin_integrations.evaluation.metrics import exact_match, mean_x100, token_f1
+from trustmargin_integrations.evaluation.metrics import (
+    contains_gold,
+    exact_match,
+    mean_x100,
+    token_f1,
+)
 from trustmargin_integrations.evaluation.runner import EvalRecord, NoiseRecord
 from trustmargin_integrations.rule import Choice
 from trustmargin_integrations.rule.replay import Variant
@@ -42,12 +48,15 @@ GRID_TAUS: tuple[float, ...] = (-3.0, -2.5, -2.0, -1.5, -1.0, -0.5, 0.0, 0.5)
 
 @dataclass(frozen=True)
 class Scored:
-    """One example's candidate scores against gold (0..1) and its cached decision."""
+    """One example's candidate scores against gold (0..1) and its cached decision: token F1,
+    exact match and ``contains`` (a gold answer stated in the text, :func:`contains_gold`)."""
 
     f1_direct: float
     f1_rag: float
     em_direct: float
     em_rag: float
+    contains_direct: float
+    contains_rag: float
     decision: Decision
 
     def f1(self, choice: Choice) -> float:
@@ -57,6 +66,15 @@ class Scored:
     def em(self, choice: Choice) -> float:
         """EM of the chosen candidate."""
         return self.em_rag if choice == "rag" else self.em_direct
+
+    def sides(self, metric: Objective) -> tuple[float, float]:
+        """(Direct, RAG) scores under ``metric``."""
+        metric = check_objective(metric)
+        if metric == "f1":
+            return self.f1_direct, self.f1_rag
+        if metric == "em":
+            return self.em_direct, self.em_rag
+        return self.contains_direct, self.contains_rag
 
 
 def score_decision(decision: Decision, gold: Sequence[str], *, whole_texts: bool = False
@@ -71,7 +89,8 @@ def score_decision(decision: Decision, gold: Sequence[str], *, whole_texts: bool
                     given_text(decision.rag_raw, decision.rag_answer)) if whole_texts
                    else (decision.direct_answer, decision.rag_answer))
     return Scored(token_f1(direct, gold), token_f1(rag, gold), exact_match(direct, gold),
-                  exact_match(rag, gold), decision)
+                  exact_match(rag, gold), contains_gold(direct, gold), contains_gold(rag, gold),
+                  decision)
 
 
 def given_text(raw: str | None, compared: str) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from trustmargin_integrations.calibration_file import OBJECTIVE_LABELS
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.bootstrap import (
     DEFAULT_CONFIDENCE,
@@ -78,15 +79,30 @@ class PairedDifference(Estimate):
                    p_positive=value.p_positive)
 
 
+COMPANION: dict[Objective, Objective] = {"f1": "em", "em": "f1", "contains": "f1"}
+"""The metric reported beside each objective (the one the choice did not maximize): EM beside
+F1 and F1 beside EM, as the paper reports both; F1 beside ``contains``, since exact match of a
+whole chat answer is about 0 and says nothing."""
+
+
 class CandidateScore(BaseModel):
-    """One candidate: its numbers fitted on all labeled questions, its cross-validated F1 and
-    EM (x100, each question scored by a fit that did not see it)."""
+    """One candidate: its numbers fitted on all labeled questions, and its cross-validated
+    scores (x100, each question scored by a fit that did not see it) under the objective and
+    its :data:`COMPANION`: F1 always, EM beside F1 or EM, ``contains`` (a gold answer stated in
+    the text) when it is the objective."""
 
     model_config = ConfigDict(extra="forbid")
 
     policy: Policy
     f1: Estimate
-    em: Estimate
+    em: Estimate | None = None
+    contains: Estimate | None = Field(
+        None, description="Share of answers stating a gold answer (x100); None unless the "
+                          "objective is contains.")
+
+    def score(self, metric: Objective) -> Estimate | None:
+        """The estimate under ``metric`` (None: not reported for this objective)."""
+        return {"f1": self.f1, "em": self.em, "contains": self.contains}[metric]
 
 
 class OuterFold(BaseModel):
@@ -171,13 +187,13 @@ def check_policy(table: PolicyTable, index: Sequence[int] | None = None, *,
     names = table.dataset_names
     sizes = {name: sum(names[q] == name for q in pool) for name in dict.fromkeys(names)
              if any(names[q] == name for q in pool)}
-    other: Objective = "em" if table.objective == "f1" else "f1"
+    other = COMPANION[table.objective]
     by_metric = {table.objective: final.bootstrap,
                  other: grouped_bootstrap(_groups(table, final, pool, other),
                                           resamples=resamples, seed=seed)}
     candidates = {kind: CandidateScore(policy=final.policies[kind],
-                                       f1=Estimate.of(by_metric["f1"].methods[kind]),
-                                       em=Estimate.of(by_metric["em"].methods[kind]))
+                                       **{metric: Estimate.of(boot.methods[kind])
+                                          for metric, boot in by_metric.items()})
                   for kind in POLICY_KINDS}
     small = min(sizes.values()) < ENOUGH_QUESTIONS
     chosen = final.chosen(criterion)
@@ -240,7 +256,7 @@ def verdict_line(selection: Selection, criterion: Criterion, n: int, objective: 
     rule = selection.policies[selection.best_rule]
     single = selection.policies[selection.fallback]
     d = selection.difference
-    metric = objective.upper()
+    metric = OBJECTIVE_LABELS[objective]
     evidence = (f"{d.mean:+.1f} {metric} [{d.low:+.1f}, {d.high:+.1f}] vs {single.label} "
                 f"(cross-validated)")
     if selection.keeps_rule(criterion):

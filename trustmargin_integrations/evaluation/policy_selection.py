@@ -4,8 +4,9 @@ The candidates are the six :data:`POLICY_KINDS` (candidate names: ``paper`` and 
 both the policy ``rule``, at the paper's and at fitted numbers): the paper's
 rule (0.5, -1.5), the rule with lambda_bind and tau fitted on the grid of
 :class:`~.rule_fit.Problem`, ``M_bind > tau`` and ``M_prior > tau`` with tau fitted on the
-same tau grid, always-RAG and always-Direct. The objective is the project's: mean F1 (or EM),
-with several datasets the mean of the per-dataset means.
+same tau grid, always-RAG and always-Direct. The objective is the project's: mean F1 (or EM,
+or ``contains``: a gold answer stated in the text, for chat and long-form answers), with
+several datasets the mean of the per-dataset means.
 
 :func:`select_policy` makes the choice on some questions ``L``:
 
@@ -52,10 +53,16 @@ from typing import Literal
 
 import numpy as np
 
+from trustmargin_integrations.calibration_file import OBJECTIVES
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.bootstrap import Bootstrap, Difference, grouped_bootstrap
 from trustmargin_integrations.evaluation.diagnostics import Scored
-from trustmargin_integrations.evaluation.rule_fit import Objective, Problem, assign_folds
+from trustmargin_integrations.evaluation.rule_fit import (
+    Objective,
+    Problem,
+    assign_folds,
+    side_scores,
+)
 from trustmargin_integrations.rule import PAPER_LAMBDA_BIND, PAPER_TAU, SETTLED, Policy
 
 PolicyKind = Literal["paper", "fitted", "prior_only", "bind_only", "always_rag",
@@ -77,7 +84,6 @@ DEFAULT_CRITERION: Criterion = "superior"
 DEFAULT_FOLDS = 5
 SELECTION_RESAMPLES = 2_000
 """Bootstrap resamples behind one selection (its decision needs one interval's bounds)."""
-Metric = Literal["f1", "em"]
 # Ties of tau fits go to the threshold the paper's ablation uses: 0.5 * M_bind > -1.5 is
 # M_bind > -3; M_prior > -1.5.
 _ONE_MARGIN_DEFAULT_TAU: dict[PolicyKind, float] = {
@@ -86,7 +92,8 @@ _TIE = 9  # objective values equal to 9 decimals (on 0..1) are ties, as in calib
 
 
 class PolicyTable:
-    """Labeled questions ready for replay: both candidates' F1 and EM and their margins.
+    """Labeled questions ready for replay: both candidates' scores under every objective
+    (F1, EM, contains) and their margins.
 
     Built once per run; every fit and every selection on a subset reads it. The full rule's
     lambda x tau table is the calibration's :class:`Problem`; the one-margin rules get a
@@ -98,10 +105,8 @@ class PolicyTable:
         self.problem = Problem(scored_by_dataset, objective)
         self.objective: Objective = objective
         scored = self.problem.scored
-        self.scores: dict[Metric, tuple[np.ndarray, np.ndarray]] = {
-            "f1": (np.array([s.f1_direct for s in scored]), np.array([s.f1_rag for s in scored])),
-            "em": (np.array([s.em_direct for s in scored]), np.array([s.em_rag for s in scored])),
-        }
+        self.scores: dict[Objective, tuple[np.ndarray, np.ndarray]] = {
+            metric: side_scores(scored, metric) for metric in OBJECTIVES}
         decisions = [s.decision for s in scored]
         self.settled = np.array([d.reason in SETTLED for d in decisions])
         # A settled question keeps its outcome under every rule (Decision.replay's contract).
@@ -141,7 +146,7 @@ class PolicyTable:
             return rag
         return np.where(self.settled[idx], self.settled_rag[idx], rag)
 
-    def values(self, rag: np.ndarray, index: Sequence[int], metric: Metric | None = None
+    def values(self, rag: np.ndarray, index: Sequence[int], metric: Objective | None = None
                ) -> np.ndarray:
         """Per-question score (0..1) of the choices ``rag`` on ``index``."""
         direct, rag_score = self.scores[metric or self.objective]
@@ -153,7 +158,7 @@ class PolicyTable:
         groups = self.problem.dataset[np.asarray(index, dtype=int)]
         return float(np.mean([values[groups == d].mean() for d in np.unique(groups)]))
 
-    def score(self, policy: Policy, index: Sequence[int], metric: Metric | None = None
+    def score(self, policy: Policy, index: Sequence[int], metric: Objective | None = None
               ) -> float:
         """The objective (0..1) of ``policy`` on ``index``."""
         return self.mean(self.values(self.chooses_rag(policy, index), index, metric), index)

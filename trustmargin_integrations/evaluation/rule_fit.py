@@ -2,7 +2,8 @@
 
 The rule stays the paper's (two margins, one threshold: RAG iff
 ``M_prior + lambda_bind * M_bind > tau``); only its two numbers are fitted, by maximizing the
-mean F1 (or EM) of ``Decision.replay(lambda_bind, tau)`` over a grid:
+mean F1 (or EM, or ``contains``: a gold answer stated in the text) of
+``Decision.replay(lambda_bind, tau)`` over a grid:
 
 * lambdas :data:`LAMBDAS` = 0, 0.1, ..., 2.0; taus :data:`TAUS` = -5, -4.95, ..., 3 (a 0.05
   grid). Both contain the paper's defaults (0.5, -1.5).
@@ -44,6 +45,7 @@ from trustmargin_integrations.calibration_file import (
     FoldResult,
     IntervalResult,
     Objective,
+    check_objective,
 )
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.bootstrap import (
@@ -80,6 +82,12 @@ class Fit:
     default_score: float
 
 
+def side_scores(scored: Sequence[Scored], metric: Objective) -> tuple[np.ndarray, np.ndarray]:
+    """Per-question (Direct, RAG) scores (0..1) of ``scored`` under ``metric``."""
+    sides = np.array([s.sides(metric) for s in scored], dtype=float).reshape(-1, 2)
+    return sides[:, 0], sides[:, 1]
+
+
 class Problem:
     """The questions of a calibration: per-question candidate scores and replayed choices.
 
@@ -90,9 +98,7 @@ class Problem:
     def __init__(self, scored_by_dataset: Mapping[str, Sequence[Scored]],
                  objective: Objective = "f1", lambdas: Sequence[float] = LAMBDAS,
                  taus: Sequence[float] = TAUS) -> None:
-        if objective not in ("f1", "em"):
-            raise InvalidInputError("objective", f"must be 'f1' or 'em', got {objective!r}",
-                                    "pass --objective f1 or --objective em")
+        objective = check_objective(objective)
         if not lambdas or not taus:
             raise InvalidInputError("grid", "is empty", "pass at least one lambda and tau")
         self.objective: Objective = objective
@@ -109,12 +115,7 @@ class Problem:
         self.dataset_names = list(scored_by_dataset)
         self.dataset = np.array([k for k, items in enumerate(scored_by_dataset.values())
                                  for _ in items])
-        if objective == "f1":
-            self.direct = np.array([s.f1_direct for s in self.scored])
-            self.rag_score = np.array([s.f1_rag for s in self.scored])
-        else:
-            self.direct = np.array([s.em_direct for s in self.scored])
-            self.rag_score = np.array([s.em_rag for s in self.scored])
+        self.direct, self.rag_score = side_scores(self.scored, objective)
         self.rag = np.empty((len(self.scored), len(self.lambdas), len(self.taus)), dtype=bool)
         for q, s in enumerate(self.scored):
             d = s.decision
