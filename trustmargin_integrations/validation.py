@@ -77,14 +77,21 @@ class _Checking:
     named, and what validating them changed, collected here and stored on the model once."""
 
     name: FieldNames = field(default_factory=FieldNames)
-    warnings: list[str] = field(default_factory=list)
+    warnings: dict[str, list[str]] = field(default_factory=dict)
+    """Per field, what validating it changed."""
     contexts: list[str] = field(default_factory=list)
+
+    def noted(self, key: str) -> list[str]:
+        """The list that collects the warnings about field ``key``."""
+        return self.warnings.setdefault(key, [])
 
 
 def _checking(info: ValidationInfo) -> _Checking:
-    # ArbitrationInput's constructor and model_validate always pass one; a bare fallback
-    # keeps any other pydantic path (a TypeAdapter) working, with default field names.
-    return info.context if isinstance(info.context, _Checking) else _Checking()
+    if not isinstance(info.context, _Checking):
+        # Without one, warnings and the passages' prompt texts would be lost silently.
+        raise TypeError("build ArbitrationInput with its constructor, model_validate, "
+                        "model_validate_json or validate_input")
+    return info.context
 
 
 @contextmanager
@@ -135,7 +142,7 @@ class ArbitrationInput(BaseModel):
         description="Caller's JSON data (a gold answer, a trace id), copied to the Decision.")
 
     _contexts: list[str] = PrivateAttr(default_factory=list)
-    _warnings: tuple[str, ...] = PrivateAttr(default=())
+    _warnings: dict[str, tuple[str, ...]] = PrivateAttr(default_factory=dict)
 
     def __init__(self, /, **data: Any) -> None:
         with typed_errors(_INPUT_FIX):
@@ -155,6 +162,14 @@ class ArbitrationInput(BaseModel):
         with typed_errors(_INPUT_FIX):
             return super().model_validate(obj, **options)
 
+    @classmethod
+    def model_validate_json(cls, json_data: str | bytes | bytearray,  # type: ignore[override]
+                            **options: Any) -> ArbitrationInput:
+        """:meth:`model_validate` of a JSON document."""
+        options["context"] = options.get("context") or _Checking()
+        with typed_errors(_INPUT_FIX):
+            return super().model_validate_json(json_data, **options)
+
     @property
     def contexts(self) -> list[str]:
         """Each passage's text as it enters the prompt (``title: text``, cleaned)."""
@@ -170,14 +185,14 @@ class ArbitrationInput(BaseModel):
     @property
     def warnings(self) -> tuple[str, ...]:
         """What validation changed (control characters removed), field by field."""
-        return self._warnings
+        return tuple(w for key in type(self).model_fields for w in self._warnings.get(key, ()))
 
     def with_passages(self, passages: Any, name: FieldNames | None = None
                       ) -> ArbitrationInput:
         """A copy with ``passages`` (retrieved after this input was built without any),
         checked as the model checks passages (``name`` names them in an error); the other
         fields were checked when this input was built and are not checked again. Their
-        warnings follow this input's."""
+        warnings take the passages' place among this input's."""
         if self.passages:
             raise InvalidInputError(name("passages") if name else "passages",
                                     "are given already",
@@ -187,7 +202,7 @@ class ArbitrationInput(BaseModel):
         listed = _passages(passages, checking)
         copy = self.model_copy(update={"passages": listed})
         copy._contexts = checking.contexts
-        copy._warnings = (*self._warnings, *checking.warnings)
+        copy._warnings = {**self._warnings, **_frozen(checking.warnings)}
         return copy
 
     @model_validator(mode="before")
@@ -211,7 +226,7 @@ class ArbitrationInput(BaseModel):
     @classmethod
     def _visible_question(cls, value: Any, info: ValidationInfo) -> str:
         checking = _checking(info)
-        return check_question(value, checking.name("question"), checking.warnings)
+        return check_question(value, checking.name("question"), checking.noted("question"))
 
     @field_validator("passages", mode="before")
     @classmethod
@@ -222,14 +237,15 @@ class ArbitrationInput(BaseModel):
     @classmethod
     def _candidate_text(cls, value: Any, info: ValidationInfo) -> str | None:
         checking = _checking(info)
-        return _text(value, checking.name(str(info.field_name)), checking.warnings,
+        key = str(info.field_name)
+        return _text(value, checking.name(key), checking.noted(key),
                      "pass the candidate's text, or None to generate it")
 
     @field_validator("rag_candidates", mode="before")
     @classmethod
     def _candidate_list(cls, value: Any, info: ValidationInfo) -> list[NamedText] | None:
         checking = _checking(info)
-        return _rag_candidates(value, checking.name, checking.warnings)
+        return _rag_candidates(value, checking.name, checking.noted("rag_candidates"))
 
     @field_validator("id", mode="before")
     @classmethod
@@ -260,11 +276,15 @@ class ArbitrationInput(BaseModel):
                                     "put the rag_answer text into rag_candidates (e.g. "
                                     "first), or pass only one of them")
         self._contexts = list(checking.contexts)
-        self._warnings = tuple(checking.warnings)
+        self._warnings = _frozen(checking.warnings)
         return self
 
 
 FIELDS = tuple(ArbitrationInput.model_fields)
+
+
+def _frozen(warnings: dict[str, list[str]]) -> dict[str, tuple[str, ...]]:
+    return {key: tuple(found) for key, found in warnings.items()}
 
 
 def validate_input(
@@ -496,7 +516,7 @@ def _text(value: Any, field_name: str, warnings: list[str], fix: str) -> str | N
 def _passages(value: Any, checking: _Checking) -> list[str | Passage]:
     """The passages as given (a ``{text, ...}`` object read as a Passage); their prompt texts
     go to ``checking.contexts``."""
-    name, warnings = checking.name, checking.warnings
+    name, warnings = checking.name, checking.noted("passages")
     if value is None or isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__iter__"):
         got = "nothing" if value is None else f"a {type(value).__name__}"
         raise InvalidInputError(name("passages"), f"must be a list of passages, got {got}",
