@@ -171,7 +171,7 @@ def test_prepare_batch_equals_prepare_one_by_one(tm: TrustMargin) -> None:
     assert together[-1] is ready
     for alone, batched in zip(one_by_one, together, strict=False):
         assert (batched.context, batched.views) == (alone.context, alone.views)
-        assert batched.input.warnings == alone.input.warnings
+        assert batched.warnings == alone.warnings
     with pytest.raises(InvalidInputError) as err:
         small.prepare_batch([items[0], {"question": "", "passages": []}])
     assert err.value.field.startswith("inputs[1].question")

@@ -65,7 +65,7 @@ def test_arbiter_caps_at_the_edge_and_refuses_one_token_below(backend: HFBackend
     tm = TrustMargin(NarrowWindow(backend, _edge(backend, 20)))  # type: ignore[arg-type]
     prepared = tm.prepare({"question": QUESTION, "passages": [LONG_PASSAGE]})
     assert f"passages: context budget capped at {MIN_CONTEXT_TOKENS} tokens" in " ".join(
-        prepared.input.warnings)
+        prepared.warnings)
     assert prepared.context.truncated and prepared.context.num_tokens <= MIN_CONTEXT_TOKENS
     narrower = TrustMargin(NarrowWindow(backend, _edge(backend, 20) - 1))  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError) as err:
@@ -171,7 +171,7 @@ def test_a_context_budget_beyond_the_window_is_refused_or_capped(backend: Any) -
     wide = TrustMargin(backend, TrustMarginConfig(max_context_tokens=10_000_000))
     passages = [f"Passage {i}: the Zelvora Bridge has {i} rivets on span {i}." for i in range(900)]
     prepared = wide.prepare({"question": QUESTION, "passages": passages})
-    assert any("8192-token window" in w for w in prepared.input.warnings)
+    assert any("8192-token window" in w for w in prepared.warnings)
     rendered = max(backend.count_tokens(v) for v in (prepared.views.question_context,
                                                       prepared.views.context_only))
     assert rendered + wide.config.max_new_tokens <= backend.context_window

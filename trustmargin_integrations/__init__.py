@@ -46,7 +46,6 @@ if TYPE_CHECKING:
     from trustmargin_integrations.rule import Margins, Policy, Verdict, compute_margins, settle
     from trustmargin_integrations.rule.positional import decide
     from trustmargin_integrations.schema import (
-        ArbitrationInput,
         Decision,
         Passage,
         PassageRef,
@@ -54,6 +53,7 @@ if TYPE_CHECKING:
         ViewLikelihoods,
         ViewPrompts,
     )
+    from trustmargin_integrations.validation import ArbitrationInput
 
 _MODULE_OF = {
     "answers_agree": "answers", "clean_answer": "answers", "normalize_answer": "answers",
@@ -66,7 +66,7 @@ _MODULE_OF = {
     "decide": "rule.positional", "settle": "rule",
     "PROMPT_VERSION": "prompts",
     "BM25Index": "retrieval", "Retriever": "retrieval", "load_corpus": "retrieval",
-    "ArbitrationInput": "schema", "Decision": "schema", "Passage": "schema",
+    "ArbitrationInput": "validation", "Decision": "schema", "Passage": "schema",
     "PassageRef": "schema", "Timings": "schema", "ViewLikelihoods": "schema",
     "ViewPrompts": "schema",
 }

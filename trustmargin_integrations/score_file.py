@@ -33,7 +33,7 @@ from trustmargin_integrations.prompts import PROMPT_VERSION
 from trustmargin_integrations.resumable import run_chunks
 from trustmargin_integrations.schema import Decision
 from trustmargin_integrations.store import ResultStore, cache_key
-from trustmargin_integrations.validation import FIELDS, ValidInput, validate_input
+from trustmargin_integrations.validation import FIELDS, ArbitrationInput, validate_input
 
 REQUIRED = ("question", "passages", "direct_answer", "rag_answer")
 CACHE_SUFFIX = ".cache"
@@ -45,6 +45,8 @@ class ScoreRecord:
 
     line: int
     item: dict[str, Any]
+    input: ArbitrationInput
+    """The line's input, validated once, when the file was read."""
     key: str
     id: str | None
     where: str = ""
@@ -103,16 +105,16 @@ class _Checked:
 
     line: int
     item: dict[str, Any]
-    valid: ValidInput
+    valid: ArbitrationInput
     where: str
 
     def keyed(self, settings: Mapping[str, Any]) -> ScoreRecord:
         """The record with its store key under ``settings``."""
         key = cache_key(model_id=str(settings["model"]), prompt_version=PROMPT_VERSION,
-                        question=self.valid.question, passages=self.valid.passages,
+                        question=self.valid.question, passages=self.valid.contexts,
                         settings=settings, direct_answer=self.valid.direct_answer,
                         rag_answer=self.valid.rag_answer)
-        return ScoreRecord(self.line, self.item, key, self.valid.id, self.where)
+        return ScoreRecord(self.line, self.item, self.valid, key, self.valid.id, self.where)
 
 
 def validate_file(path: Path) -> list[_Checked]:
@@ -208,8 +210,9 @@ def run_score(
         tm = load()
 
         def arbitrate(chunk: Sequence[ScoreRecord]) -> list[dict[str, Any]]:
-            # Warnings name the file's line, not a place inside an internal batch.
-            prepared = tm.prepare_batch([r.item for r in chunk], wheres=[r.where for r in chunk])
+            # Validated when the file was read (warnings name its line); window errors name
+            # the line too, not a place inside an internal batch.
+            prepared = tm.prepare_batch([r.input for r in chunk], wheres=[r.where for r in chunk])
             return [d.model_dump(mode="json") for d in tm.arbitrate_batch(prepared)]
 
         # All records in file order, not only the missing ones: chunk composition (and so

@@ -1,9 +1,14 @@
-"""Validation of one arbitration input: the one place that decides what a usable input is.
+"""The input of one arbitration: :class:`ArbitrationInput`, the one definition of a usable
+input (its validators are the checks), and the checks of the other public arguments (one
+question, a retriever, ``k``, search queries).
 
-Every entry point (the Python API, ``trustmargin score``, the LangChain router, the LlamaIndex
-query engine) ends up here. Adapters that call a field by another name (LangChain's
-``documents``, LlamaIndex's ``rag.source_nodes``) pass ``names`` so that errors name the key
-the user actually passed.
+Every entry point builds the model once, through :func:`validate_input` (the Python API,
+``trustmargin score``, the LangChain router and chain builder, the LlamaIndex arbiter), and
+the stages after it take the validated model and check nothing again. Adapters that call a
+field by another name (LangChain's ``documents``, LlamaIndex's ``rag.source_nodes``) pass
+``names`` so that errors name the key the user actually passed. Pydantic's own
+``ValidationError`` never reaches a user: :func:`typed_errors` turns it into the
+:class:`~trustmargin_integrations.errors.InvalidInputError` a validator raised.
 """
 
 from __future__ import annotations
@@ -11,20 +16,32 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
-from trustmargin_integrations.config import typed_error
+from trustmargin_integrations.config import invalid_input, typed_error
 from trustmargin_integrations.errors import InvalidInputError
-from trustmargin_integrations.schema import ArbitrationInput, Passage, PassageRef
-
-FIELDS = tuple(ArbitrationInput.model_fields)
+from trustmargin_integrations.schema import Passage, PassageRef
 
 NamedText = tuple[str | None, str]
 """A RAG candidate after validation: its name (None when given as a bare text) and text."""
+
+RagCandidatesInput = list[str | tuple[str, str]] | dict[str, str]
+"""Several RAG-side candidates: texts (unnamed), ``(name, text)`` pairs, or a mapping from
+name to text (in order), e.g. ``{"bm25": "Paris", "ircot": "Lyon"}``."""
 
 
 # Unicode's control characters (general category Cc) are exactly U+0000-U+001F and
@@ -40,28 +57,12 @@ def strip_controls(text: str) -> tuple[str, int]:
     return _CONTROLS.subn("", text)
 
 
-@dataclass
-class ValidInput:
-    """A checked input: clean texts, the passages' identities and what was changed."""
+class FieldNames:
+    """How errors and warnings name an input's fields: ``inputs[3].question`` in a batch
+    (``where``), the adapter's own key names (``names``, e.g. ``{"passages": "documents"}``)."""
 
-    question: str
-    passages: list[str]
-    refs: list[PassageRef]
-    direct_answer: str | None
-    rag_answer: str | None
-    id: str | None
-    rag_candidates: list[NamedText] | None = None
-    """Several RAG-side candidates as ``(name or None, text)``; None: the pairwise form."""
-    metadata: dict[str, Any] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    name: _Namer = field(default_factory=lambda: _Namer(None, None), repr=False)
-    """How errors about this input name its fields (batch place, the caller's key names)."""
-
-
-class _Namer:
-    """Error field names: ``inputs[3].question`` in a batch, the adapter's own key names."""
-
-    def __init__(self, where: str | None, names: Mapping[str, str] | None) -> None:
+    def __init__(self, where: str | None = None, names: Mapping[str, str] | None = None
+                 ) -> None:
         self.where = where
         self.names = dict(names or {})
 
@@ -70,13 +71,230 @@ class _Namer:
         return f"{self.where}.{name}" if self.where else name
 
 
+@dataclass
+class _Checking:
+    """The validation context of one input (pydantic's ``context``): how its fields are
+    named, and what validating them changed, collected here and stored on the model once."""
+
+    name: FieldNames = field(default_factory=FieldNames)
+    warnings: dict[str, list[str]] = field(default_factory=dict)
+    """Per field, what validating it changed."""
+    contexts: list[str] = field(default_factory=list)
+
+    def noted(self, key: str) -> list[str]:
+        """The list that collects the warnings about field ``key``."""
+        return self.warnings.setdefault(key, [])
+
+
+def _checking(info: ValidationInfo) -> _Checking:
+    if not isinstance(info.context, _Checking):
+        # Without one, warnings and the passages' prompt texts would be lost silently.
+        raise TypeError("build ArbitrationInput with its constructor, model_validate, "
+                        "model_validate_json or validate_input")
+    return info.context
+
+
+@contextmanager
+def typed_errors(fix: str) -> Iterator[None]:
+    """Turn pydantic's ``ValidationError`` into the project's typed error: the
+    InvalidInputError a validator raised inside it (pydantic wraps it), else one naming the
+    field with ``fix`` (:func:`~trustmargin_integrations.config.typed_error`)."""
+    try:
+        yield
+    except ValidationError as exc:
+        raise typed_error(exc, fix) from None
+
+
+_INPUT_FIX = "pass the fields as documented in ArbitrationInput"
+
+
+class ArbitrationInput(BaseModel):
+    """One question to arbitrate, validated: building it is checking it (the one definition
+    of a usable input). Missing candidates are generated by the local model.
+
+    Give the RAG side either as one ``rag_answer`` (the pairwise rule; generated when None)
+    or as several ``rag_candidates`` (the rule picks among Direct and all of them; nothing
+    is generated for the RAG side), not both.
+
+    Texts are kept without control characters and surrounding whitespace (``warnings`` says
+    what was removed); ``contexts`` are the passages as they enter the prompt. A bad value
+    is an :class:`~trustmargin_integrations.errors.InvalidInputError` naming the field and
+    the fix, raised where the model is built.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    question: str = Field(description="The user's question: visible text.")
+    passages: list[str | Passage] = Field(
+        description="Passages in retrieval order: texts, Passage records or their "
+                    "{text, title, id, score} objects (whose id, title and score then "
+                    "appear in the Decision).")
+    direct_answer: str | None = None
+    rag_answer: str | None = None
+    rag_candidates: list[NamedText] | None = Field(
+        None, description="Several RAG-side candidates (texts, (name, text) pairs or a "
+                          "name -> text mapping), instead of rag_answer; kept as "
+                          "(name or None, text) pairs.")
+    id: str | None = Field(None, description="Caller's identifier (a string or an integer), "
+                                             "copied to the Decision.")
+    metadata: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Caller's JSON data (a gold answer, a trace id), copied to the Decision.")
+
+    _contexts: list[str] = PrivateAttr(default_factory=list)
+    _warnings: dict[str, tuple[str, ...]] = PrivateAttr(default_factory=dict)
+
+    def __init__(self, /, **data: Any) -> None:
+        with typed_errors(_INPUT_FIX):
+            self.__pydantic_validator__.validate_python(data, self_instance=self,
+                                                        context=_Checking())
+
+    # Pydantic's own mark of its base __init__: this one only adds the validation context and
+    # the typed error, so model_validate must validate directly (with its own context), not
+    # call this __init__ again as it calls a custom one.
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+    @classmethod
+    def model_validate(cls, obj: Any, **options: Any) -> ArbitrationInput:  # type: ignore[override]
+        """Build the model from a mapping (``options`` as pydantic's; a ``context`` is a
+        ``_Checking`` naming the fields), raising the typed error of a bad field."""
+        options["context"] = options.get("context") or _Checking()
+        with typed_errors(_INPUT_FIX):
+            return super().model_validate(obj, **options)
+
+    @classmethod
+    def model_validate_json(cls, json_data: str | bytes | bytearray,  # type: ignore[override]
+                            **options: Any) -> ArbitrationInput:
+        """:meth:`model_validate` of a JSON document."""
+        options["context"] = options.get("context") or _Checking()
+        with typed_errors(_INPUT_FIX):
+            return super().model_validate_json(json_data, **options)
+
+    @property
+    def contexts(self) -> list[str]:
+        """Each passage's text as it enters the prompt (``title: text``, cleaned)."""
+        return list(self._contexts)
+
+    @property
+    def refs(self) -> list[PassageRef]:
+        """Each passage's identity: rank, and the id, title and score of a Passage record."""
+        return [PassageRef(rank=i, id=p.id or None, title=p.title, score=p.score)
+                if isinstance(p, Passage) else PassageRef(rank=i)
+                for i, p in enumerate(self.passages)]
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What validation changed (control characters removed), field by field."""
+        return tuple(w for key in type(self).model_fields for w in self._warnings.get(key, ()))
+
+    def with_passages(self, passages: Any, name: FieldNames | None = None
+                      ) -> ArbitrationInput:
+        """A copy with ``passages`` (retrieved after this input was built without any),
+        checked as the model checks passages (``name`` names them in an error); the other
+        fields were checked when this input was built and are not checked again. Their
+        warnings take the passages' place among this input's."""
+        if self.passages:
+            raise InvalidInputError(name("passages") if name else "passages",
+                                    "are given already",
+                                    "build the input with its passages, or without and add "
+                                    "them once")
+        checking = _Checking(name or FieldNames())
+        listed = _passages(passages, checking)
+        copy = self.model_copy(update={"passages": listed})
+        copy._contexts = checking.contexts
+        copy._warnings = {**self._warnings, **_frozen(checking.warnings)}
+        return copy
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_mapping_of_known_fields(cls, data: Any, info: ValidationInfo) -> Any:
+        if isinstance(data, cls):
+            return data
+        name = _checking(info).name
+        if not isinstance(data, Mapping):
+            raise InvalidInputError(name.where or "input", f"is a {type(data).__name__}",
+                                    "pass an ArbitrationInput or a mapping with 'question' "
+                                    "and 'passages'")
+        unknown = sorted(str(k) for k in data if k not in cls.model_fields)
+        if unknown:
+            raise InvalidInputError(name(unknown[0]), "is not a known field",
+                                    f"use only {list(cls.model_fields)}")
+        # Missing required fields reach their own validators, which say what to pass.
+        return {"question": None, "passages": None, **data}
+
+    @field_validator("question", mode="before")
+    @classmethod
+    def _visible_question(cls, value: Any, info: ValidationInfo) -> str:
+        checking = _checking(info)
+        return check_question(value, checking.name("question"), checking.noted("question"))
+
+    @field_validator("passages", mode="before")
+    @classmethod
+    def _passage_list(cls, value: Any, info: ValidationInfo) -> list[str | Passage]:
+        return _passages(value, _checking(info))
+
+    @field_validator("direct_answer", "rag_answer", mode="before")
+    @classmethod
+    def _candidate_text(cls, value: Any, info: ValidationInfo) -> str | None:
+        checking = _checking(info)
+        key = str(info.field_name)
+        return _text(value, checking.name(key), checking.noted(key),
+                     "pass the candidate's text, or None to generate it")
+
+    @field_validator("rag_candidates", mode="before")
+    @classmethod
+    def _candidate_list(cls, value: Any, info: ValidationInfo) -> list[NamedText] | None:
+        checking = _checking(info)
+        return _rag_candidates(value, checking.name, checking.noted("rag_candidates"))
+
+    @field_validator("id", mode="before")
+    @classmethod
+    def _identifier(cls, value: Any, info: ValidationInfo) -> str | None:
+        field_name = _checking(info).name("id")
+        if (value is not None and not isinstance(value, (str, int))) or isinstance(value,
+                                                                                  bool):
+            raise InvalidInputError(field_name, f"must be a string or an integer, got "
+                                    f"{type(value).__name__}",
+                                    "pass a short identifier, or none")
+        if isinstance(value, str):
+            _encodable(value, field_name)
+        return None if value is None else str(value)
+
+    @field_validator("metadata", mode="before")
+    @classmethod
+    def _json_metadata(cls, value: Any, info: ValidationInfo) -> dict[str, Any]:
+        return _metadata(value, _checking(info).name("metadata"))
+
+    @model_validator(mode="after")
+    def _one_rag_side(self, info: ValidationInfo) -> ArbitrationInput:
+        checking = _checking(info)
+        if self.rag_candidates is not None and self.rag_answer is not None:
+            # A merge would have to invent a name and a place for rag_answer; refusing is
+            # clearer.
+            raise InvalidInputError(checking.name("rag_candidates"),
+                                    "cannot be combined with rag_answer",
+                                    "put the rag_answer text into rag_candidates (e.g. "
+                                    "first), or pass only one of them")
+        self._contexts = list(checking.contexts)
+        self._warnings = _frozen(checking.warnings)
+        return self
+
+
+FIELDS = tuple(ArbitrationInput.model_fields)
+
+
+def _frozen(warnings: dict[str, list[str]]) -> dict[str, tuple[str, ...]]:
+    return {key: tuple(found) for key, found in warnings.items()}
+
+
 def validate_input(
     item: ArbitrationInput | Mapping[str, Any],
     *,
     where: str | None = None,
     names: Mapping[str, str] | None = None,
-) -> ValidInput:
-    """Check one input's types and content; return clean fields and the warnings to record.
+) -> ArbitrationInput:
+    """The validated input: ``item`` itself when it is an :class:`ArbitrationInput` (checked
+    when it was built; never checked again), else the model built from the mapping.
 
     Args:
         item: an :class:`ArbitrationInput` or a mapping with its keys.
@@ -86,46 +304,12 @@ def validate_input(
     Raises:
         InvalidInputError: naming the field and the fix.
     """
-    name = _Namer(where, names)
     if isinstance(item, ArbitrationInput):
-        raw: Mapping[str, Any] = {k: getattr(item, k) for k in FIELDS}
-    elif isinstance(item, Mapping):
-        raw = item
-    else:
-        raise InvalidInputError(where or "input", f"is a {type(item).__name__}",
-                                "pass an ArbitrationInput or a mapping with 'question' and "
-                                "'passages'")
-    unknown = sorted(str(k) for k in raw if k not in FIELDS)
-    if unknown:
-        raise InvalidInputError(name(unknown[0]), "is not a known field",
-                                f"use only {list(FIELDS)}")
-    warnings: list[str] = []
-    question = check_question(raw.get("question"), name("question"), warnings)
-    passages, refs = _passages(raw.get("passages"), name, warnings)
-    answers = {}
-    for key in ("direct_answer", "rag_answer"):
-        answers[key] = _text(raw.get(key), name(key), warnings,
-                             "pass the candidate's text, or None to generate it")
-    candidates = _rag_candidates(raw.get("rag_candidates"), name, warnings)
-    if candidates is not None and answers["rag_answer"] is not None:
-        # A merge would have to invent a name and a place for rag_answer; refusing is clearer.
-        raise InvalidInputError(name("rag_candidates"), "cannot be combined with rag_answer",
-                                "put the rag_answer text into rag_candidates (e.g. first), or "
-                                "pass only one of them")
-    ident = raw.get("id")
-    if (ident is not None and not isinstance(ident, (str, int))) or isinstance(ident, bool):
-        raise InvalidInputError(name("id"), f"must be a string or an integer, got "
-                                f"{type(ident).__name__}", "pass a short identifier, or none")
-    if isinstance(ident, str):
-        _encodable(ident, name("id"))
-    return ValidInput(question=question, passages=passages, refs=refs,
-                      direct_answer=answers["direct_answer"], rag_answer=answers["rag_answer"],
-                      id=None if ident is None else str(ident), rag_candidates=candidates,
-                      metadata=_metadata(raw.get("metadata"), name("metadata")),
-                      warnings=warnings, name=name)
+        return item
+    return ArbitrationInput.model_validate(item, context=_Checking(FieldNames(where, names)))
 
 
-def _rag_candidates(value: Any, name: _Namer, warnings: list[str]) -> list[NamedText] | None:
+def _rag_candidates(value: Any, name: FieldNames, warnings: list[str]) -> list[NamedText] | None:
     """Several RAG candidates: texts, ``(name, text)`` pairs, or a name -> text mapping.
 
     Errors name the candidate by its position (``rag_candidates[2]``) in every form, the
@@ -195,11 +379,8 @@ def _passage_record(value: Mapping[str, Any], where: str) -> Passage:
     try:
         return Passage.model_validate({"id": "", **value})
     except ValidationError as exc:
-        problem = exc.errors()[0]
-        key = ".".join(str(x) for x in problem["loc"])
-        raise InvalidInputError(f"{where}.{key}" if key else where, problem["msg"].lower(),
-                                "give a passage object as {'text': str, 'title': str, "
-                                "'id': str, 'score': number}") from None
+        raise invalid_input(exc, "give a passage object as {'text': str, 'title': str, "
+                                 "'id': str, 'score': number}", prefix=f"{where}.") from None
 
 
 def _metadata(value: Any, field_name: str) -> dict[str, Any]:
@@ -238,11 +419,9 @@ class TypedFields:
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        try:
+        with typed_errors(f"pass a value of the documented type (see "
+                          f"{type(self).__name__}'s fields)"):
             super().__init__(*args, **kwargs)
-        except ValidationError as exc:
-            raise typed_error(exc, f"pass a value of the documented type (see "
-                                   f"{type(self).__name__}'s fields)") from None
 
 
 def check_question(value: Any, field_name: str = "question",
@@ -334,33 +513,34 @@ def _text(value: Any, field_name: str, warnings: list[str], fix: str) -> str | N
     return value.strip()
 
 
-def _passages(
-    value: Any, name: _Namer, warnings: list[str]
-) -> tuple[list[str], list[PassageRef]]:
+def _passages(value: Any, checking: _Checking) -> list[str | Passage]:
+    """The passages as given (a ``{text, ...}`` object read as a Passage); their prompt texts
+    go to ``checking.contexts``."""
+    name, warnings = checking.name, checking.noted("passages")
     if value is None or isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__iter__"):
         got = "nothing" if value is None else f"a {type(value).__name__}"
         raise InvalidInputError(name("passages"), f"must be a list of passages, got {got}",
                                 "pass a list of passage texts or Passage records (wrap a "
                                 "single passage in a list)")
+    passages: list[str | Passage] = []
     texts: list[str] = []
-    refs: list[PassageRef] = []
     for i, p in enumerate(value):
         where = name("passages", f"[{i}]")
         if isinstance(p, Mapping) and "text" in p:
             p = _passage_record(p, where)
         if isinstance(p, Passage):
-            ref = PassageRef(rank=i, id=p.id or None, title=p.title, score=p.score)
-            p = p.as_context()
+            context = p.as_context()
         elif isinstance(p, str):
-            ref = PassageRef(rank=i)
+            context = p
         else:
             raise InvalidInputError(where, f"must be a string or Passage, got {type(p).__name__}",
                                     "pass passage texts (str), Passage records or "
                                     "{'text', 'title', 'id'} objects")
-        text = _text(p, where, warnings, "pass passage texts (str) or Passage records")
-        if is_blank_text(text):
+        text = _text(context, where, warnings, "pass passage texts (str) or Passage records")
+        if text is None or is_blank_text(text):
             raise InvalidInputError(where, "is empty or whitespace",
                                     "drop empty passages before arbitration")
+        passages.append(p)
         texts.append(text)
-        refs.append(ref)
-    return texts, refs
+    checking.contexts = texts
+    return passages

@@ -24,6 +24,8 @@ class Candidate:
     generated: bool
     seconds: float = 0.0
     name: str | None = None
+    note: str | None = None
+    """A warning for the Decision when its form changed (a given text cut), else None."""
 
 
 def side_candidates(
@@ -38,8 +40,8 @@ def side_candidates(
             sentence = cut_to_sentence(config, chunk[i])
             out[i] = cleaned(config, text, generated=False, sentence=sentence)
             if out[i].raw is not None and sentence:  # type: ignore[union-attr]
-                note_once(chunk[i], f"{side}_answer: scored on its short form "
-                      f"({text!r} -> {out[i].answer!r})")  # type: ignore[union-attr]
+                out[i].note = (f"{side}_answer: scored on its short form "  # type: ignore[union-attr]
+                               f"({text!r} -> {out[i].answer!r})")  # type: ignore[union-attr]
     # A RAG answer without evidence is never needed: the decision is "no_evidence".
     # A question with rag_candidates has its RAG side given: nothing is generated.
     todo = [i for i, p in enumerate(chunk)
@@ -98,14 +100,7 @@ def rag_options(config: TrustMarginConfig, prepared: PreparedQuestion,
         option = cleaned(config, text, generated=False, sentence=True)
         option.name = label
         if option.raw is not None:
-            note_once(prepared, f"rag_candidates[{i}]: scored on its short form "
-                            f"({text!r} -> {option.answer!r})")
+            option.note = (f"rag_candidates[{i}]: scored on its short form "
+                           f"({text!r} -> {option.answer!r})")
         out.append(option)
     return out
-
-
-def note_once(prepared: PreparedQuestion, warning: str) -> None:
-    """Record a warning about the question's input once: a prepared question may be
-    arbitrated again (another tau, another policy), and its input has not changed."""
-    if warning not in prepared.input.warnings:
-        prepared.input.warnings.append(warning)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from trustmargin_integrations.answers import answer_complete, answers_agree, clean_answer
-from trustmargin_integrations.arbiter.candidates import Candidate, cut_to_sentence, note_once
+from trustmargin_integrations.arbiter.candidates import Candidate, cut_to_sentence
 from trustmargin_integrations.arbiter.preparation import PreparedQuestion
 from trustmargin_integrations.backends.base import ModelSession
 from trustmargin_integrations.comparison import Span, differential, scored_text, words
@@ -48,12 +48,18 @@ class Compared:
     rag_text: str
     direct_spans: tuple[Span, ...] | None = None
     rag_spans: tuple[Span, ...] | None = None
+    note: str | None = None
+    """A warning for the Decision about how the pair was compared, else None."""
 
 
-def whole(form: CompareForm, direct: str, rag: str) -> Compared:
-    """Both texts scored whole (the paper's scoring of two short answers)."""
-    return Compared(form, answers_agree(direct, rag), (Piece("", direct),), (Piece("", rag),),
-                    direct, rag)
+def whole(form: CompareForm, direct: str, rag: str, agree: bool | None = None) -> Compared:
+    """Both texts scored whole (the paper's scoring of two short answers). ``agree`` is the
+    pair's agreement when the caller's comparison found it already; the paper's
+    (:func:`~trustmargin_integrations.answers.answers_agree`) otherwise: each pair is
+    compared once."""
+    if agree is None:
+        agree = answers_agree(direct, rag)
+    return Compared(form, agree, (Piece("", direct),), (Piece("", rag),), direct, rag)
 
 
 def pieces(text: str, spans: tuple[Span, ...]) -> Scored:
@@ -71,7 +77,7 @@ def by_difference(direct: str, rag: str) -> Compared:
     that agree are scored whole should the caller score agreeing answers at all."""
     found = differential(direct, rag)
     if found.agree or not found.direct:
-        return replace(whole("differential", direct, rag), agree=found.agree)
+        return whole("differential", direct, rag, agree=found.agree)
     return Compared("differential", False, pieces(direct, found.direct), pieces(rag, found.rag),
                     scored_text(direct, found.direct), scored_text(rag, found.rag),
                     found.direct, found.rag)
@@ -141,6 +147,6 @@ def _by_extraction(prepared: PreparedQuestion, d: Candidate, o: Candidate,
     short = [c.answer if c.generated else stated.get((question, c.answer), "")
              for c in (d, o)]
     if not all(stated_in(s, c.answer) for s, c in zip(short, (d, o), strict=True)):
-        note_once(prepared, "extraction not stated in its text; compared by difference")
-        return by_difference(d.answer, o.answer)
+        return replace(by_difference(d.answer, o.answer),
+                       note="extraction not stated in its text; compared by difference")
     return whole("extract", short[0], short[1])

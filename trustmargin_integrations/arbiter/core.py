@@ -35,15 +35,14 @@ from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.prompts import PROMPT_VERSION
 from trustmargin_integrations.retrieval.base import Retriever, retrieve_batch
 from trustmargin_integrations.rule import Policy
-from trustmargin_integrations.schema import (
+from trustmargin_integrations.schema import Decision, Passage, Timings, ViewLikelihoods
+from trustmargin_integrations.validation import (
     ArbitrationInput,
-    Decision,
-    Passage,
+    FieldNames,
     RagCandidatesInput,
-    Timings,
-    ViewLikelihoods,
+    is_blank_text,
+    validate_input,
 )
-from trustmargin_integrations.validation import check_question, is_blank_text, validate_input
 
 PolicyArg = Policy | Sequence[Policy | None] | None
 """A call's policy: one for every input, one per input (None: the config's), or None (the
@@ -150,10 +149,11 @@ class TrustMargin:
         nothing the closed-book answer is returned with reason ``no_evidence``. ``policy``
         decides instead of the config's (:data:`PolicyArg`).
         """
-        check_question(question, "question")
-        return self.answer_batch([question], retriever, k, direct_answers=[direct_answer],
-                                 rag_answers=[rag_answer], include_prompts=include_prompts,
-                                 policy=policy)[0]
+        entry = validate_input({"question": question, "passages": [],
+                                "direct_answer": direct_answer, "rag_answer": rag_answer})
+        return self._answer_entries([entry], [question], retriever, k,
+                                    include_prompts=include_prompts, progress=False,
+                                    policy=policy)[0]
 
     def answer_batch(
         self,
@@ -183,19 +183,35 @@ class TrustMargin:
         if isinstance(questions, str):
             raise InvalidInputError("questions", "is a single string",
                                     "pass a list of questions, or call answer(question, ...)")
-        for i, q in enumerate(questions):
-            check_question(q, f"questions[{i}]")
         given = {"direct_answer": direct_answers, "rag_answer": rag_answers}
         for key, values in given.items():
             if values is not None and len(values) != len(questions):
                 raise InvalidInputError(f"{key}s", f"has {len(values)} entries for "
                                         f"{len(questions)} questions", "give one per question")
-        hits = retrieve_batch(retriever, questions, self.config.top_k if k is None else k)
-        inputs = [
-            {"question": q, "passages": h,
-             **{key: None if values is None else values[i] for key, values in given.items()}}
-            for i, (q, h) in enumerate(zip(questions, hits, strict=True))
+        # Each question is validated here, once, before the retriever sees it; errors name
+        # the caller's arguments (questions[i], direct_answers[i]).
+        entries = [
+            validate_input({"question": q, "passages": [],
+                            **{key: None if values is None else values[i]
+                               for key, values in given.items()}},
+                           names={"question": f"questions[{i}]",
+                                  "direct_answer": f"direct_answers[{i}]",
+                                  "rag_answer": f"rag_answers[{i}]"})
+            for i, q in enumerate(questions)
         ]
+        return self._answer_entries(entries, list(questions), retriever, k,
+                                    include_prompts=include_prompts, progress=progress,
+                                    policy=policy)
+
+    def _answer_entries(
+        self, entries: list[ArbitrationInput], questions: list[str], retriever: Retriever,
+        k: int | None, *, include_prompts: bool | None, progress: bool, policy: PolicyArg,
+    ) -> list[Decision]:
+        """Retrieve for validated inputs without passages (``questions`` as the caller
+        gave them: what the retriever has always been asked), then arbitrate them."""
+        hits = retrieve_batch(retriever, questions, self.config.top_k if k is None else k)
+        inputs = [entry.with_passages(found, FieldNames(f"inputs[{i}]"))
+                  for i, (entry, found) in enumerate(zip(entries, hits, strict=True))]
         return self.arbitrate_batch(inputs, include_prompts=include_prompts, progress=progress,
                                     policy=policy)
 
@@ -277,10 +293,12 @@ class TrustMargin:
         """Validate one input, cut its context to the budget and render the three views.
 
         ``where`` and ``names`` only change how errors name fields (see
-        :func:`~.validation.validate_input`).
+        :func:`~.validation.validate_input`). An :class:`ArbitrationInput` was validated
+        when it was built and is not checked again.
         """
         return prepare_valid(self.backend, self.config,
-                             [validate_input(item, where=where, names=names)])[0]
+                             [validate_input(item, where=where, names=names)],
+                             [FieldNames(where, names)])[0]
 
     def prepare_batch(
         self, inputs: Iterable[ArbitrationInput | Mapping[str, Any] | PreparedQuestion],
@@ -299,7 +317,8 @@ class TrustMargin:
         names = list(wheres) if wheres is not None else [f"inputs[{i}]" for i in range(len(items))]
         valid = {i: validate_input(item, where=names[i]) for i, item in enumerate(items)
                  if not isinstance(item, PreparedQuestion)}
-        fresh = dict(zip(valid, prepare_valid(self.backend, self.config, list(valid.values())),
+        fresh = dict(zip(valid, prepare_valid(self.backend, self.config, list(valid.values()),
+                                              [FieldNames(names[i]) for i in valid]),
                          strict=True))
         return [fresh[i] if i in fresh else cast("PreparedQuestion", item)
                 for i, item in enumerate(items)]

@@ -43,6 +43,16 @@ class Evidence:
     model_id: str
     keep_prompts: bool
 
+    @property
+    def warnings(self) -> list[str]:
+        """Every warning about this question, each once, in the order the stages made them:
+        validation's and preparation's (:class:`PreparedQuestion`), then the candidates'
+        and the comparisons' (each stage returns its own; none is appended in place)."""
+        notes = [self.direct.note, *(o.note for o in self.options),
+                 *(c.note for c in self.compared)]
+        found = [*self.prepared.warnings, *(n for n in notes if n is not None)]
+        return list(dict.fromkeys(found))
+
 
 @dataclass
 class _Outcome:
@@ -178,7 +188,7 @@ def assemble_decision(evidence: Evidence, *, config: TrustMarginConfig, policy: 
         model_id=model_id,
         prompt_version=PROMPT_VERSION,
         timings=timings,
-        warnings=list(valid.warnings),
+        warnings=evidence.warnings,
         prompts=prepared.views if keep_prompts else None,
         metadata=valid.metadata,
         rag_candidates=records,
