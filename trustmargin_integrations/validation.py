@@ -17,8 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from trustmargin_integrations.config import typed_error
-from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.errors import InvalidInputError, typed_error
 from trustmargin_integrations.schema import ArbitrationInput, Passage, PassageRef
 
 FIELDS = tuple(ArbitrationInput.model_fields)
