@@ -1,5 +1,6 @@
 """The records (``schema``) are only records: the rule that decides and replays them lives in
-the rule package (``rule.replay``), and a record keeps the policy name it was decided
+the rule package (``rule.replay``), the whole text of a given candidate is read by one
+record-level rule (``schema.given_text``), and a record keeps the policy name it was decided
 by even where the rule no longer knows it."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from pydantic import ValidationError
 
 from trustmargin_integrations import TrustMargin
 from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.evaluation.diagnostics import score_decision
 from trustmargin_integrations.rule import Policy
 from trustmargin_integrations.rule.replay import kept_rag, replay, replay_answer, replay_winner
 from trustmargin_integrations.schema import Decision
@@ -40,6 +42,18 @@ def test_a_decision_carries_no_rule_and_the_rule_package_replays_it(given: Decis
     assert given.reason in ("margin_above_tau", "margin_at_or_below_tau")
     assert replay(given, tau=100.0) == "direct"
     assert replay(given, Policy.always_rag()) == "rag"
+
+
+def test_the_returned_and_the_graded_text_are_one_record_level_rule(given: Decision) -> None:
+    # What was compared is a part of each chat text; the decision returns the whole text of
+    # the kept side as given, and grading a chain's answers reads that same text.
+    assert given.direct_raw is not None and given.rag_raw is not None
+    side = replay(given)
+    assert given.answer == given.given_text(side) == (DIRECT_CHAT if side == "direct"
+                                                      else RAG_CHAT)
+    graded = score_decision(given, [RAG_CHAT], whole_texts=True)
+    assert graded.f1_rag == 1.0 and graded.f1_direct < 1.0
+    assert score_decision(given, [RAG_CHAT]).f1_rag < 1.0  # the compared part alone
 
 
 def test_a_record_keeps_a_policy_name_the_rule_no_longer_knows(given: Decision) -> None:

@@ -280,3 +280,23 @@ class Decision(BaseModel):
             raise ValueError(f"winner {self.winner} is not an index of rag_candidates "
                              f"({len(self.rag_candidates)} candidates)")
         return self
+
+    def given_text(self, side: Choice) -> str:
+        """One side's whole text: the Direct (``"direct"``) or the shown RAG candidate's
+        (``"rag"``) text as given, whatever part of it was compared (see
+        :func:`given_text`)."""
+        if side == "direct":
+            return given_text(self.direct_raw, self.direct_answer)
+        return given_text(self.rag_raw, self.rag_answer)
+
+
+def given_text(raw: str | None, text: str) -> str:
+    """A candidate's whole text as given, from what a record keeps of it: ``raw`` (kept only
+    when it differs from ``text``, the cleaned or compared part), else ``text``, which is
+    then the whole text.
+
+    The one rule for the text a decision returns for a given candidate
+    (``arbiter.decision.returned_text``) and the text graded as a chain's answer
+    (``evaluation.diagnostics.score_decision``).
+    """
+    return raw.strip() if raw is not None else text

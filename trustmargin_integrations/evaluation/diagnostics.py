@@ -67,17 +67,10 @@ def score_decision(decision: Decision, gold: Sequence[str], *, whole_texts: bool
     own answers), not the part the arbiter compared (``direct_answer``/``rag_answer`` hold
     that part, e.g. the differing words); the text is what the chain returns to its user.
     """
-    direct, rag = ((given_text(decision.direct_raw, decision.direct_answer),
-                    given_text(decision.rag_raw, decision.rag_answer)) if whole_texts
+    direct, rag = ((decision.given_text("direct"), decision.given_text("rag")) if whole_texts
                    else (decision.direct_answer, decision.rag_answer))
     return Scored(token_f1(direct, gold), token_f1(rag, gold), exact_match(direct, gold),
                   exact_match(rag, gold), decision)
-
-
-def given_text(raw: str | None, compared: str) -> str:
-    """A given candidate's whole text: its text as given when the compared part differs
-    from it, else the compared part (which is then the whole text)."""
-    return raw.strip() if raw is not None else compared
 
 
 def score_records(records: Sequence[EvalRecord], *, whole_texts: bool = False) -> list[Scored]:
