@@ -56,6 +56,25 @@ def test_the_returned_and_the_graded_text_are_one_record_level_rule(given: Decis
     assert score_decision(given, [RAG_CHAT]).f1_rag < 1.0  # the compared part alone
 
 
+def test_every_decision_lists_its_candidates_without_storing_the_list(
+        tm: TrustMargin, given: Decision) -> None:
+    pairwise = given.candidates
+    assert len(pairwise) == 1
+    one = pairwise[0]
+    assert (one.answer, one.raw, one.likelihoods, one.m_prior, one.m_bind, one.m) == (
+        given.rag_answer, given.rag_raw, given.rag_likelihoods, given.m_prior, given.m_bind,
+        given.m)
+    listed = tm.arbitrate(QUESTION, PASSAGES, direct_answer=DIRECT_CHAT,
+                          rag_candidates={"chat": RAG_CHAT, "short": "Stephen Sauvestre"})
+    assert listed.candidates == listed.rag_candidates and len(listed.candidates) == 2
+    # A view: the stored JSON holds the fields it always held, and replay reads the view.
+    for d in (given, listed):
+        assert "candidates" not in d.model_dump()
+        kept = replay_winner(d)
+        assert replay_answer(d) == (d.direct_answer if kept is None
+                                    else d.candidates[kept].answer)
+
+
 def test_a_record_keeps_a_policy_name_the_rule_no_longer_knows(given: Decision) -> None:
     # An audit record stays readable after a policy is renamed; replaying it is refused,
     # naming the policy and the names that exist.

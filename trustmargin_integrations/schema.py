@@ -281,6 +281,19 @@ class Decision(BaseModel):
                              f"({len(self.rag_candidates)} candidates)")
         return self
 
+    @property
+    def candidates(self) -> list[RagCandidate]:
+        """Every RAG-side candidate as one list, read-only (a view, not a stored field): the
+        ``rag_candidates`` of a multi-candidate decision, else the one RAG answer of a
+        pairwise decision as a :class:`RagCandidate` made of its pairwise fields. The stored
+        JSON of either kind is unchanged."""
+        if self.rag_candidates:
+            return list(self.rag_candidates)
+        return [RagCandidate(answer=self.rag_answer, raw=self.rag_raw,
+                             agrees_with_direct=self.source == "agree",
+                             likelihoods=self.rag_likelihoods, m_prior=self.m_prior,
+                             m_bind=self.m_bind, m=self.m)]
+
     def given_text(self, side: Choice) -> str:
         """One side's whole text: the Direct (``"direct"``) or the shown RAG candidate's
         (``"rag"``) text as given, whatever part of it was compared (see

@@ -92,6 +92,11 @@ class RecordedDecision(PairwiseRecord, Protocol):
     def rag_candidates(self) -> Sequence[RecordedRagCandidate]: ...
 
     @property
+    def candidates(self) -> Sequence[RecordedRagCandidate]:
+        """Every RAG candidate, the one RAG answer of a pairwise decision included."""
+        ...
+
+    @property
     def policy(self) -> str: ...
 
 
@@ -109,9 +114,8 @@ def recorded_margins(decision: RecordedDecision) -> list[MarginPair | None] | No
     """
     if decision.reason in SETTLED:
         return None
-    rows = decision.rag_candidates or [decision]
     margins = [None if c.m_prior is None or c.m_bind is None else MarginPair(c.m_prior, c.m_bind)
-               for c in rows]
+               for c in decision.candidates]
     if all(pair is None for pair in margins):
         raise ValueError(f"decision {decision.id!r} has reason {decision.reason!r} but no "
                          "margins")
@@ -189,11 +193,7 @@ def replay_answer(decision: RecordedDecision, policy: Policy | None = None, *,
     """The kept answer's text as scored (arguments as :func:`replay_winner`): Direct's, the
     kept candidate's, or the pairwise RAG answer."""
     index = replay_winner(decision, policy, lambda_bind=lambda_bind, tau=tau, variant=variant)
-    if index is None:
-        return decision.direct_answer
-    if decision.rag_candidates:
-        return decision.rag_candidates[index].answer
-    return decision.rag_answer
+    return decision.direct_answer if index is None else decision.candidates[index].answer
 
 
 def kept_rag(decision: RecordedDecision) -> bool:
