@@ -39,6 +39,7 @@ from trustmargin_integrations.evaluation.rule_fit import (
     cross_validate,
 )
 from trustmargin_integrations.prompts import PROMPT_VERSION
+from trustmargin_integrations.rule.replay import replay
 from trustmargin_integrations.schema import Decision
 
 TRUE_LAMBDA, TRUE_TAU = 1.2, -0.7  # on the grid, far from the defaults (0.5, -1.5)
@@ -88,7 +89,7 @@ def test_fit_recovers_the_lambda_and_tau_that_generated_the_data() -> None:
         assert fit.score == pytest.approx(100.0)  # the generating rule is exactly right
         assert fit.default_score < 90.0  # and the defaults are not
         # Every held decision replays to the truth at the fit (the fit uses the one rule).
-        assert all(s.decision.replay(fit.lambda_bind, fit.tau) == "rag"
+        assert all(replay(s.decision, lambda_bind=fit.lambda_bind, tau=fit.tau) == "rag"
                    for s in scored if s.f1_rag == 1.0)
 
 
@@ -163,7 +164,8 @@ def test_cross_validation_never_scores_a_question_it_fitted_on(
         assert (alone.lambda_bind, alone.tau) == (fold.fit.lambda_bind, fold.fit.tau)
         # ... and its held-out questions are scored by replaying exactly that fit.
         for q in fold.test:
-            choice = problem.scored[q].decision.replay(fold.fit.lambda_bind, fold.fit.tau)
+            choice = replay(problem.scored[q].decision, lambda_bind=fold.fit.lambda_bind,
+                            tau=fold.fit.tau)
             expected = problem.scored[q].f1(choice)
             assert cv.held_out["calibrated"][q] == expected
     # The folds disagree with each other (label noise), so a leak would have been visible.

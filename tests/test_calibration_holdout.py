@@ -29,6 +29,7 @@ from trustmargin_integrations.evaluation.rule_fit import Problem, split_holdout
 from trustmargin_integrations.evaluation.rundir import open_store, record_dataset
 from trustmargin_integrations.evaluation.runner import EvalRecord
 from trustmargin_integrations.prompts import PROMPT_VERSION
+from trustmargin_integrations.rule.replay import replay, replay_winner
 from trustmargin_integrations.schema import Decision
 
 TRUE_LAMBDA, TRUE_TAU = 1.2, -0.7
@@ -141,7 +142,7 @@ def test_holdout_comparison_is_the_fitted_rule_on_unseen_questions(tmp_path: Pat
             continue
         gold = "Lyon" if d.m_prior + TRUE_LAMBDA * d.m_bind > TRUE_TAU else "Paris"  # type: ignore[operator]
         s = score_decision(d, [gold])
-        held_scores.append(s.f1(d.replay(c.lambda_bind, c.tau)))
+        held_scores.append(s.f1(replay(d, lambda_bind=c.lambda_bind, tau=c.tau)))
     assert len(held_scores) == 12
     assert c.held_out is not None
     assert c.held_out.methods["calibrated"].mean == pytest.approx(100 * np.mean(held_scores))
@@ -221,7 +222,7 @@ def test_report_applies_a_calibration_files_policy_not_only_its_numbers(tmp_path
 
 def test_grid_choices_are_the_replayed_rule_in_every_cell() -> None:
     # The grid is computed array-wise with the rule package's array forms; it must
-    # equal Decision.replay cell by cell, settled decisions and margins at a cell edge included.
+    # equal rule.replay.replay cell by cell, settled decisions and margins at a cell edge included.
     rng = np.random.default_rng(5)
     decisions = [_decision(f"x:{i}", float(rng.uniform(-4, 4)), float(rng.uniform(-3, 3)))
                  for i in range(40)]
@@ -232,7 +233,7 @@ def test_grid_choices_are_the_replayed_rule_in_every_cell() -> None:
     scored = [score_decision(d, ["Paris"]) for d in decisions]
     problem = Problem({"x": scored})
     for q, d in enumerate(decisions):
-        expected = [[d.replay(lam, tau) == "rag" for tau in problem.taus]
+        expected = [[replay(d, lambda_bind=lam, tau=tau) == "rag" for tau in problem.taus]
                     for lam in problem.lambdas]
         assert problem.rag[q].tolist() == expected, d.id
 
@@ -260,7 +261,7 @@ def test_check_with_holdout_chooses_on_one_part_and_scores_on_the_other(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``check --holdout 0.5``: the policy is chosen on the fitted half only (a spy on the
     selection's questions), and the file's held-out row is that policy replayed on the other
-    half (``Decision.replay_policy``), next to the paper's rule and both sources."""
+    half (``rule.replay.replay_winner``), next to the paper's rule and both sources."""
     from trustmargin_integrations.evaluation import check_command as module
     from trustmargin_integrations.evaluation.diagnostics import score_records
     from trustmargin_integrations.evaluation.rundir import load_run
@@ -294,7 +295,7 @@ def test_check_with_holdout_chooses_on_one_part_and_scores_on_the_other(
     assert c.held_out is not None and c.held_out.n == 50
     assert c.held_out.sizes == {"a": 30, "b": 20}
     policy = c.decision_policy
-    by_dataset = {name: [s.f1("direct" if s.decision.replay_policy(policy) is None else "rag")
+    by_dataset = {name: [s.f1("direct" if replay_winner(s.decision, policy) is None else "rag")
                          for s in held if s.decision.id.startswith(name)]
                   for name in ("a", "b")}
     expected = 100 * np.mean([np.mean(v) for v in by_dataset.values()])

@@ -23,6 +23,7 @@ from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.calibrate_command import LoadedRun
 from trustmargin_integrations.evaluation.datasets import load_examples
 from trustmargin_integrations.evaluation.metrics import contains_gold, token_f1
+from trustmargin_integrations.rule.replay import replay
 
 DEMO = Path(trustmargin_integrations.__file__).parent / "demo_data"
 IDS = ("q00", "q01", "q02", "q04", "q11", "q14")
@@ -150,7 +151,7 @@ def test_check_by_gold_stated_grades_each_chosen_text_by_its_gold_answer(
     chosen: dict[str, list[dict[str, object]]] = {"paper": [], "rag": [], "direct": []}
     for s in LoadedRun.read(run_dir).scored["chain"]:
         record = by_id[str(s.decision.id).split(":", 1)[1]]
-        chosen["paper"].append({"text": record[f"{s.decision.replay()}_answer"], **record})
+        chosen["paper"].append({"text": record[f"{replay(s.decision)}_answer"], **record})
         chosen["rag"].append({"text": record["rag_answer"], **record})
         chosen["direct"].append({"text": record["direct_answer"], **record})
 

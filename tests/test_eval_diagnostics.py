@@ -15,6 +15,7 @@ from trustmargin_integrations.evaluation.diagnostics import (
     method_scores,
     score_decision,
 )
+from trustmargin_integrations.rule.replay import kept_rag, replay
 from trustmargin_integrations.schema import Decision, ViewLikelihoods
 
 
@@ -55,16 +56,16 @@ def scored() -> list:
 
 def test_replay_at_the_default_reproduces_the_recorded_choice() -> None:
     for decision, _ in CASES:
-        expected = "rag" if decision.chose_rag else "direct"
-        assert decision.replay() == expected
+        expected = "rag" if kept_rag(decision) else "direct"
+        assert replay(decision) == expected
 
 
 def test_ablations_replay_single_margins() -> None:
     first = CASES[0][0]
-    assert first.replay(variant="no_prior") == "rag"     # 0.5 * 1.0 > -1.5
-    assert first.replay(variant="no_bind") == "direct"   # -3.0 <= -1.5
+    assert replay(first, variant="no_prior") == "rag"     # 0.5 * 1.0 > -1.5
+    assert replay(first, variant="no_bind") == "direct"   # -3.0 <= -1.5
     blank = _decision("", "Lyon", reason="direct_answer_blank")
-    assert blank.replay(0.0, 100.0) == "rag"  # no threshold can pick a blank answer
+    assert replay(blank, lambda_bind=0.0, tau=100.0) == "rag"  # no threshold picks a blank answer
 
 
 def test_method_table_by_hand(scored: list) -> None:

@@ -36,6 +36,7 @@ from trustmargin_integrations.evaluation.runner import (
     run_eval,
     run_noise,
 )
+from trustmargin_integrations.rule.replay import kept_rag, replay
 
 # The benchmark data lies beside the repository (../shared/data/raw) unless told otherwise.
 DATA_DIR = Path(os.environ.get("TRUSTMARGIN_DATA")
@@ -152,8 +153,8 @@ def test_replayed_grid_cell_equals_recomputing_it(
         for r in records
     ])
     for rec, fresh in zip(records, recomputed, strict=True):
-        replayed = rec.decision.replay(lam, tau)
-        assert replayed == ("rag" if fresh.chose_rag else "direct")
+        replayed = replay(rec.decision, lambda_bind=lam, tau=tau)
+        assert replayed == ("rag" if kept_rag(fresh) else "direct")
         if fresh.m is not None:
             assert rec.decision.m_prior == pytest.approx(fresh.m_prior, abs=1e-3)
             assert rec.decision.m_bind == pytest.approx(fresh.m_bind, abs=1e-3)

@@ -55,3 +55,13 @@ def test_every_public_name_resolves_from_its_module() -> None:
 def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="NoSuchName"):
         package.NoSuchName  # noqa: B018
+
+
+def test_the_records_and_the_retrievers_load_neither_the_rule_nor_the_settings() -> None:
+    # Every retriever returns Passage records: neither they nor the records depend on the
+    # decision policies (the rule reads the records, never the other way round).
+    for code in ("import trustmargin_integrations.schema",
+                 "from trustmargin_integrations.retrieval import BM25Index"):
+        loaded = _fresh_modules(code)
+        assert "trustmargin_integrations.schema" in loaded
+        assert not {"trustmargin_integrations.rule", "trustmargin_integrations.config"} & loaded

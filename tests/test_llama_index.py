@@ -61,6 +61,7 @@ from trustmargin_integrations.llama_index import (
 from trustmargin_integrations.llama_index.arbiter import chosen_text
 from trustmargin_integrations.prompts import QUESTION_ONLY_TEMPLATE
 from trustmargin_integrations.retrieval import BM25Index
+from trustmargin_integrations.rule.replay import replay
 from trustmargin_integrations.schema import Decision, Passage
 
 QUESTION = "Which river flows through Quenby?"
@@ -206,7 +207,7 @@ def test_arbiter_cleans_like_the_core(tm: TrustMargin, events: DecisionEvents) -
     # The chosen side's text as given, its sources (none for the closed-book answer), the
     # caller's metadata and two reserved keys: the Decision as a JSON dict that reads like the
     # Decision, and every node weighed.
-    kept_rag = core.replay() == "rag"
+    kept_rag = replay(core) == "rag"
     assert result.response == (rag if kept_rag else direct)
     assert result.source_nodes == (nodes if kept_rag else [])
     assert isinstance(decision, DecisionRecord)

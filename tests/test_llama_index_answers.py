@@ -31,6 +31,7 @@ from trustmargin_integrations.llama_index import (
     TrustMarginQueryEngine,
 )
 from trustmargin_integrations.retrieval import BM25Index
+from trustmargin_integrations.rule.replay import replay
 from trustmargin_integrations.schema import Decision, Passage
 
 QUESTION = "Who designed the Velmora Bridge?"
@@ -110,7 +111,7 @@ def test_a_scored_decision_returns_the_chosen_side_in_full(tm: TrustMargin,
     response = wrapped(tm, index, RAG_CHAT, DIRECT_CHAT).query(QUESTION)
     decision = response.metadata[METADATA_KEY]
     assert decision.m is not None  # scored by the real model, not settled
-    chosen = RAG_CHAT if decision.replay() == "rag" else DIRECT_CHAT
+    chosen = RAG_CHAT if replay(decision) == "rag" else DIRECT_CHAT
     assert response.response == chosen
     # The Decision keeps the parts that were compared, and the texts they came from.
     assert (decision.direct_raw, decision.rag_raw) == (DIRECT_CHAT, RAG_CHAT)
@@ -129,7 +130,7 @@ def test_a_preamble_or_label_is_never_what_comes_back(tm: TrustMargin, index: BM
     # Whatever the core decides, the caller gets one side's whole answer, with its name.
     assert response.response in (rag, direct)
     assert response.response.strip() != PREAMBLE
-    assert ("Rilke" if decision.replay() == "rag" else "Eiffel") in response.response
+    assert ("Rilke" if replay(decision) == "rag" else "Eiffel") in response.response
 
 
 def test_blank_and_oversized_questions_are_refused_before_anything_runs(

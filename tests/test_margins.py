@@ -1,6 +1,6 @@
 """The one decision rule (rule/policies.py, here through its positional form) against
-hand-computed values, and its three users: the arbiter's verdict, Decision.replay (the lambda x
-tau grid) and Decision.chose_rag."""
+hand-computed values, and its three users: the arbiter's verdict, its replay (rule.replay: the
+lambda x tau grid) and kept_rag."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 
 from trustmargin_integrations.rule import SETTLED, compute_margins, settle, settle_among
 from trustmargin_integrations.rule.positional import decide
+from trustmargin_integrations.rule.replay import kept_rag, replay
 from trustmargin_integrations.schema import Decision, ViewLikelihoods
 
 
@@ -112,13 +113,13 @@ def _decision(**fields: object) -> Decision:
 
 def test_replay_uses_the_same_rule_and_keeps_settled_outcomes() -> None:
     d = _decision(m_prior=-1.0, m_bind=-0.8, m=-1.4, source="rag", reason="margin_above_tau")
-    assert d.replay() == "rag" and d.chose_rag
-    assert d.replay(tau=-1.0) == "direct"
-    assert d.replay(lambda_bind=0.0, tau=-1.2) == "rag"  # M = -1.0
-    assert d.replay(variant="no_bind", tau=-1.1) == "rag"  # M = M_prior = -1.0
-    assert d.replay(variant="no_bind", tau=-0.9) == "direct"
+    assert replay(d) == "rag" and kept_rag(d)
+    assert replay(d, tau=-1.0) == "direct"
+    assert replay(d, lambda_bind=0.0, tau=-1.2) == "rag"  # M = -1.0
+    assert replay(d, variant="no_bind", tau=-1.1) == "rag"  # M = M_prior = -1.0
+    assert replay(d, variant="no_bind", tau=-0.9) == "direct"
     settled = _decision(reason="no_evidence")
-    assert settled.replay(tau=-100.0) == "direct" and not settled.chose_rag
-    assert _decision(reason="answers_agree", source="agree").chose_rag
+    assert replay(settled, tau=-100.0) == "direct" and not kept_rag(settled)
+    assert kept_rag(_decision(reason="answers_agree", source="agree"))
     with pytest.raises(ValueError, match="no margins"):
-        _decision().replay()
+        replay(_decision())

@@ -24,6 +24,7 @@ from trustmargin_integrations.backends.hf import HFBackend
 from trustmargin_integrations.demo import demo_corpus
 from trustmargin_integrations.rule import compute_margins
 from trustmargin_integrations.rule.positional import decide, decide_among
+from trustmargin_integrations.rule.replay import replay, replay_answer, replay_winner
 from trustmargin_integrations.schema import Decision, ViewLikelihoods
 
 # -- helpers --------------------------------------------------------------------------------
@@ -132,7 +133,7 @@ def test_one_candidate_is_the_pairwise_rule(backend: HFBackend) -> None:
     assert {d.source for d in pairwise} >= {"direct", "rag", "agree"}
     for old, new in zip(pairwise, listed, strict=True):
         assert (new.answer, new.source, new.reason) == (old.answer, old.source, old.reason)
-        assert new.replay() == old.replay()
+        assert replay(new) == replay(old)
         assert new.rag_answer == old.rag_answer and new.direct_answer == old.direct_answer
         for key in ("m_prior", "m_bind", "m"):
             if getattr(old, key) is None:
@@ -146,7 +147,7 @@ def test_one_candidate_is_the_pairwise_rule(backend: HFBackend) -> None:
             assert_views(new.rag_likelihoods, old.rag_likelihoods, 1e-6)
             assert_views(new.rag_candidates[0].likelihoods, old.rag_likelihoods, 1e-6)
         assert len(new.rag_candidates) == 1
-        assert new.winner == (0 if old.replay() == "rag" else None)
+        assert new.winner == (0 if replay(old) == "rag" else None)
         # The pairwise record is unchanged: the new fields do not appear in its JSON.
         keys = set(json.loads(old.model_dump_json()))
         assert not keys & {"rag_candidates", "winner"}
@@ -243,11 +244,11 @@ def test_replay_over_the_grid_is_the_rule_by_hand(
             for lam in (0.0, 0.25, 0.5, 1.0, 2.0, 4.0):
                 for tau in (-3.0, -1.5, -0.5, 0.0, 0.5, 1.0, 2.0, 4.0):
                     hand = by_hand(margins, lam, tau, variant)  # type: ignore[arg-type]
-                    got = again.replay_winner(lam, tau, variant)  # type: ignore[arg-type]
+                    got = replay_winner(again, lambda_bind=lam, tau=tau, variant=variant)  # type: ignore[arg-type]
                     assert got == hand, (variant, lam, tau)
-                    assert again.replay(lam, tau, variant) == (  # type: ignore[arg-type]
+                    assert replay(again, lambda_bind=lam, tau=tau, variant=variant) == (  # type: ignore[arg-type]
                         "direct" if hand is None else "rag")
-                    assert again.replay_answer(lam, tau, variant) == (  # type: ignore[arg-type]
+                    assert replay_answer(again, lambda_bind=lam, tau=tau, variant=variant) == (  # type: ignore[arg-type]
                         d.direct_answer if hand is None else d.rag_candidates[hand].answer)
                     outcomes.add(hand)
         reached.append(outcomes)
@@ -281,9 +282,9 @@ def test_equal_to_direct_candidates_tie_at_zero_and_duplicates_are_scored_once(
     # M = 0 > tau for both agreeing candidates: a tie, so the earlier one wins.
     assert (d.winner, d.source, d.reason, d.answer) == (1, "agree", "margin_above_tau",
                                                         "marta okonkwo")
-    assert d.replay_winner(tau=0.0) is None  # 0 is not above 0: Direct
+    assert replay_winner(d, tau=0.0) is None  # 0 is not above 0: Direct
     # Eiffel, below 0, never beats the equal-to-Direct candidates, whatever tau is.
-    assert all(d.replay_winner(tau=t) in (1, None) for t in (-5.0, -1.0, -0.01))
+    assert all(replay_winner(d, tau=t) in (1, None) for t in (-5.0, -1.0, -0.01))
 
 
 @pytest.mark.parametrize(
@@ -305,7 +306,7 @@ def test_settled_without_scoring(backend: HFBackend, direct: str, candidates: li
     assert (d.reason, d.winner, d.answer, d.m) == (reason, winner, answer, None)
     assert spy.scored == [] and spy.generated == []
     assert all(c.likelihoods is None and c.m is None for c in d.rag_candidates)
-    assert d.replay_winner(tau=100.0) == winner  # settled: no hyper-parameter changes it
+    assert replay_winner(d, tau=100.0) == winner  # settled: no hyper-parameter changes it
 
 
 def test_blanks_are_not_scored_and_direct_kept_records_the_best_candidate(
@@ -325,7 +326,7 @@ def test_blanks_are_not_scored_and_direct_kept_records_the_best_candidate(
     # The pairwise fields describe the best-margin candidate when Direct is kept.
     assert (d.rag_answer, d.m) == (d.rag_candidates[best].answer, ms[best])
     assert d.rag_likelihoods == d.rag_candidates[best].likelihoods
-    assert d.replay_winner(tau=-100.0) == best and d.replay_winner() is None
+    assert replay_winner(d, tau=-100.0) == best and replay_winner(d) is None
 
 
 @pytest.mark.slow
@@ -420,8 +421,8 @@ def _record(**fields: Any) -> dict[str, Any]:
 def test_old_records_load_and_replay_unchanged() -> None:
     old = Decision.model_validate(_record())
     assert old.rag_candidates == [] and old.winner is None
-    assert old.replay() == "direct" and old.replay_winner(tau=-1.5) == 0
-    assert old.replay_answer(tau=-1.5) == "b" and old.replay_answer() == "a"
+    assert replay(old) == "direct" and replay_winner(old, tau=-1.5) == 0
+    assert replay_answer(old, tau=-1.5) == "b" and replay_answer(old) == "a"
     dumped = json.loads(old.model_dump_json())
     # The policy audit fields are left out under the default rule, like the multi-candidate ones.
     assert set(dumped) == set(Decision.model_fields) - {"rag_candidates", "winner", "policy",
@@ -432,7 +433,7 @@ def test_old_records_load_and_replay_unchanged() -> None:
     with pytest.raises(ValueError, match="winner"):
         Decision.model_validate(_record(winner=0))
     with pytest.raises(ValueError, match="no margins"):
-        Decision.model_validate(_record(m_prior=None, m_bind=None, m=None)).replay()
+        replay(Decision.model_validate(_record(m_prior=None, m_bind=None, m=None)))
 
 
 # -- the rule on random margins -------------------------------------------------------------

@@ -26,6 +26,7 @@ from trustmargin_integrations.config import (
 )
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.langchain import TrustMarginRouter
+from trustmargin_integrations.rule.replay import replay, replay_answer, replay_winner
 from trustmargin_integrations.schema import (
     Decision,
     Passage,
@@ -109,12 +110,12 @@ def test_replay_refuses_absurd_parameters(kwargs: dict[str, Any], field: str) ->
     settled = decision(reason="answers_agree", source="agree", m=None, m_prior=None,
                        m_bind=None, direct_likelihoods=None, rag_likelihoods=None)
     for d in (scored, settled):
-        for replay in (d.replay, d.replay_winner, d.replay_answer):
+        for replayed in (replay, replay_winner, replay_answer):
             with pytest.raises(InvalidInputError) as err:
-                replay(**kwargs)
+                replayed(d, **kwargs)
             assert err.value.field == field
-    assert scored.replay(tau=0.3) == "direct" and scored.replay(tau=0.2) == "rag"
-    assert scored.replay(lambda_bind=0) == "rag"  # M = -0.2 > -1.5
+    assert replay(scored, tau=0.3) == "direct" and replay(scored, tau=0.2) == "rag"
+    assert replay(scored, lambda_bind=0) == "rag"  # M = -0.2 > -1.5
 
 
 def test_non_finite_rule_parameters_are_refused_by_the_router_and_the_command(

@@ -29,6 +29,7 @@ from trustmargin_integrations.evaluation.rule_fit import Problem, assign_folds
 from trustmargin_integrations.prompts import PROMPT_VERSION
 from trustmargin_integrations.rule import Policy, Verdict, settle_among
 from trustmargin_integrations.rule.positional import apply_policy, decide_among
+from trustmargin_integrations.rule.replay import replay
 from trustmargin_integrations.schema import Decision
 
 ALL_POLICIES = [Policy.paper(), Policy.fitted(1.2, -0.7), Policy.fitted(0.0, 0.25),
@@ -160,7 +161,7 @@ def test_the_table_replays_every_policy_as_apply_policy_does() -> None:
         rag = table.chooses_rag(policy, range(len(scored)))
         for s, picked in zip(scored, rag, strict=True):
             d = s.decision
-            settled = (Verdict(d.replay(), d.reason) if d.m_prior is None else None)
+            settled = (Verdict(replay(d), d.reason) if d.m_prior is None else None)
             margins = [None] if settled else [(d.m_prior, d.m_bind)]
             assert picked == (apply_policy(policy, margins, settled).choice == "rag")
         assert table.score(policy, range(len(scored))) == pytest.approx(

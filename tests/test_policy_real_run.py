@@ -19,6 +19,7 @@ from trustmargin_integrations.evaluation.domain_check import PolicyCheckResult, 
 from trustmargin_integrations.evaluation.policy_selection import PolicyTable
 from trustmargin_integrations.rule import SETTLED, Policy, Verdict
 from trustmargin_integrations.rule.positional import apply_policy
+from trustmargin_integrations.rule.replay import replay
 
 QUESTIONS = ("q00", "q02", "q04", "q05", "q09", "q11", "q14", "q16")
 
@@ -64,7 +65,7 @@ def test_check_on_a_real_run_replays_the_arbiters_rule(tm: TrustMargin, tmp_path
             assert rag == (verdict.choice == "rag")
             if policy == Policy.paper():
                 # The arbiter's own choice ("agree": both answers are the same text).
-                assert verdict.choice == d.replay()
+                assert verdict.choice == replay(d)
                 assert d.source in (verdict.choice, "agree")
     assert result.n == 8 and result.small_sample and result.verdict
     assert sum(f.n_test for f in result.nested.folds) == 8

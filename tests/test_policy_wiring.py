@@ -29,6 +29,7 @@ from trustmargin_integrations.llama_index import (
 )
 from trustmargin_integrations.retrieval import BM25Index
 from trustmargin_integrations.rule import Policy
+from trustmargin_integrations.rule.replay import kept_rag, replay, replay_answer
 from trustmargin_integrations.schema import Decision, Passage
 
 # The passage does not support the RAG answer, so the paper's rule keeps the closed-book
@@ -86,18 +87,18 @@ def test_one_margin_policies_decide_by_their_margin_alone(
 def test_replay_reproduces_the_decision_made_and_replays_the_rule_with_arguments(
         tm: TrustMargin, paper: Decision) -> None:
     rag = _with_policy(tm, "always_rag").arbitrate(QUESTION, PASSAGES, DIRECT, RAG)
-    assert rag.replay() == "rag" and rag.chose_rag and rag.replay_answer() == RAG
+    assert replay(rag) == "rag" and kept_rag(rag) and replay_answer(rag) == RAG
     # With arguments: the margin rule, as the calibration grid and the ablations need.
-    assert rag.replay(0.5, -1.5) == paper.replay() == "direct"
-    assert rag.replay(tau=-100.0) == "rag"
-    assert rag.replay(variant="no_bind") == paper.replay(variant="no_bind")
+    assert replay(rag, lambda_bind=0.5, tau=-1.5) == replay(paper) == "direct"
+    assert replay(rag, tau=-100.0) == "rag"
+    assert replay(rag, variant="no_bind") == replay(paper, variant="no_bind")
     assert paper.m_bind is not None
     bind = _with_policy(tm, "bind_only", tau=paper.m_bind - 0.01).arbitrate(
         QUESTION, PASSAGES, DIRECT, RAG)
-    assert bind.replay() == "rag" and bind.replay(0.5, -1.5) == "direct"
+    assert replay(bind) == "rag" and replay(bind, lambda_bind=0.5, tau=-1.5) == "direct"
     # A stored decision replays the same after a JSON round trip.
     again = Decision.model_validate_json(bind.model_dump_json())
-    assert again.replay() == "rag" and again.policy == "bind_only"
+    assert replay(again) == "rag" and again.policy == "bind_only"
 
 
 def test_a_settled_question_keeps_its_outcome_under_every_policy(tm: TrustMargin) -> None:
@@ -108,7 +109,7 @@ def test_a_settled_question_keeps_its_outcome_under_every_policy(tm: TrustMargin
         assert (agree.reason, agree.answer, agree.paper_choice) == ("answers_agree", "Paris.",
                                                                    "rag")
         blank = arbiter.arbitrate(QUESTION, PASSAGES, DIRECT, "")
-        assert (blank.reason, blank.answer, blank.replay()) == ("rag_answer_blank", DIRECT,
+        assert (blank.reason, blank.answer, replay(blank)) == ("rag_answer_blank", DIRECT,
                                                                 "direct")
         missing = arbiter.arbitrate(QUESTION, [], DIRECT, RAG)
         assert (missing.reason, missing.answer) == ("no_evidence", DIRECT)

@@ -4,7 +4,8 @@ through the rule package's Policy objects exactly as they were decided and repla
 
 The fixture (``data/rule_replay_33b5a91.json``) was written by
 ``data/make_rule_replay_fixture.py`` run on that commit: each record's Decision JSON, its own
-replay, its replays over a lambda x tau x ablation grid and under six policies.
+replay, its replays over a lambda x tau x ablation grid and under six policies (made by the
+``Decision.replay*`` methods of that time, now the functions of ``rule.replay``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ from typing import Any
 import pytest
 
 from trustmargin_integrations.rule import Policy, Rule
-from trustmargin_integrations.rule.replay import own_policy, recorded_margins, replay_winner
+from trustmargin_integrations.rule.replay import (
+    own_policy,
+    recorded_margins,
+    replay,
+    replay_answer,
+    replay_winner,
+)
 from trustmargin_integrations.schema import Decision
 
 FIXTURE = Path(__file__).parent / "data" / "rule_replay_33b5a91.json"
@@ -44,7 +51,7 @@ def test_own_policy_reproduces_choice_reason_and_margins_to_the_bit(
     for r in recorded["records"]:
         d = Decision.model_validate_json(r["json"])
         kept = replay_winner(d)
-        assert ("direct" if kept is None else "rag") == r["replay"]
+        assert replay(d) == ("direct" if kept is None else "rag") == r["replay"]
         assert kept == (d.winner if d.rag_candidates else (None if d.source == "direct"
                                                              else 0)) or d.source == "agree"
         margins = recorded_margins(d)
@@ -68,5 +75,5 @@ def test_grid_and_policy_replays_equal_the_old_code(recorded: dict[str, Any]) ->
         d = Decision.model_validate_json(r["json"])
         assert [replay_winner(d, p) for p in grid] == r["replay_grid"]
         assert [replay_winner(d, p) for p in policies] == r["replay_policies"]
-        assert [d.replay_answer(lam, tau, variant) for lam, tau, variant in recorded["grid"]
-                ] == r["answers_grid"]
+        assert [replay_answer(d, lambda_bind=lam, tau=tau, variant=variant)
+                for lam, tau, variant in recorded["grid"]] == r["answers_grid"]

@@ -1,13 +1,25 @@
-"""Run-time settings of the arbiter (paper defaults) and the bounds of the rule's numbers."""
+"""Run-time settings of the arbiter (paper defaults).
+
+The bounds of the rule's numbers (``Tau``, ``LambdaBind``, :func:`check_rule_value`) are
+defined in :mod:`~trustmargin_integrations.vocabulary`, below the records, and re-exported
+here for the settings' readers."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.errors import invalid_input, typed_error
 from trustmargin_integrations.rule import PAPER_LAMBDA_BIND, PAPER_TAU, Policy, PolicyName
+from trustmargin_integrations.vocabulary import (
+    LAMBDA_BIND_LIMIT,
+    RULE_VALUE_FIX,
+    TAU_LIMIT,
+    LambdaBind,
+    Tau,
+    check_rule_value,
+)
 
 __all__ = ["CHAT_MAX_NEW_TOKENS", "CHAT_MAX_NEW_TOKENS_LIMIT", "LAMBDA_BIND_LIMIT",
            "PAPER_LAMBDA_BIND", "PAPER_TAU", "TAU_LIMIT", "DecisionPolicy", "LambdaBind",
@@ -22,22 +34,6 @@ paragraphs. The arbiter's own candidates are the paper's short answers instead
 CHAT_MAX_NEW_TOKENS_LIMIT: int = 8192
 """The most new tokens a wrapper may be asked for (the embedded model's whole window)."""
 
-TAU_LIMIT: float = 100.0
-"""``|tau|`` may be at most this. Margins are differences of per-token log-likelihoods, a few
-nats in practice (the calibration grid spans -5..3); a threshold of 100 nats per token
-already means "always Direct" (or, negative, "always RAG"), so anything beyond is a typo or
-a damaged file (``1e308``), not a setting."""
-LAMBDA_BIND_LIMIT: float = 100.0
-"""``lambda_bind`` lies in ``[0, LAMBDA_BIND_LIMIT]``: a negative weight would reward an
-answer for NOT being supported by the passages, the opposite of the binding margin's meaning
-(the calibration grid spans 0..2)."""
-
-# strict: True and "1.5" are refused, not read as 1.0 and 1.5; ints are accepted.
-Tau = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-TAU_LIMIT, le=TAU_LIMIT,
-                             description="Threshold: RAG is chosen iff M > tau.")]
-LambdaBind = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0.0,
-                                    le=LAMBDA_BIND_LIMIT,
-                                    description="Weight of the evidence-binding margin.")]
 DecisionPolicy = PolicyName
 """Who decides a question the arbiter scores: a name of
 :data:`~trustmargin_integrations.rule.POLICIES` (``"rule"``, the paper's margin rule with the
@@ -45,38 +41,6 @@ config's lambda_bind and tau, is the default)."""
 
 ScoringForm = Literal["differential", "extract", "sentence"]
 """How a candidate a user's chain produced is compared (``TrustMarginConfig.scoring_form``)."""
-
-
-_RULE_FIX = (f"pass a finite number: tau from -{TAU_LIMIT:g} to {TAU_LIMIT:g}, lambda_bind "
-             f"from 0 to {LAMBDA_BIND_LIMIT:g}")
-_RULE = {"tau": TypeAdapter(Tau), "lambda_bind": TypeAdapter(LambdaBind)}
-
-
-def invalid_input(exc: ValidationError, fix: str, prefix: str = "") -> InvalidInputError:
-    """The first problem of a pydantic error as an InvalidInputError naming its field."""
-    problem = exc.errors()[0]
-    where = ".".join(str(part) for part in problem["loc"])
-    shown = repr(problem.get("input"))
-    shown = shown if len(shown) <= 60 else shown[:59] + "…"
-    return InvalidInputError(f"{prefix}{where}" if where else prefix.rstrip(".") or "value",
-                             f"{problem['msg'][:1].lower()}{problem['msg'][1:]}, got {shown}",
-                             fix)
-
-
-def typed_error(exc: ValidationError, fix: str) -> InvalidInputError:
-    """A pydantic error as the project's: the InvalidInputError a validator raised inside it
-    (pydantic wraps it), else :func:`invalid_input` with ``fix``."""
-    inner = (exc.errors()[0].get("ctx") or {}).get("error")
-    return inner if isinstance(inner, InvalidInputError) else invalid_input(exc, fix)
-
-
-def check_rule_value(name: str, value: Any) -> float:
-    """``tau`` or ``lambda_bind`` checked against the bounds above (the one rule for both
-    the config and :meth:`Decision.replay`)."""
-    try:
-        return float(_RULE[name].validate_python(value))
-    except ValidationError as exc:
-        raise invalid_input(exc, _RULE_FIX, prefix=name) from None
 
 
 class TrustMarginConfig(BaseModel):
@@ -144,7 +108,7 @@ class TrustMarginConfig(BaseModel):
         try:
             super().__init__(**values)
         except ValidationError as exc:
-            raise invalid_input(exc, _RULE_FIX if exc.errors()[0]["loc"][:1] in (
+            raise invalid_input(exc, RULE_VALUE_FIX if exc.errors()[0]["loc"][:1] in (
                 ("tau",), ("lambda_bind",)) else "pass a value of the documented type and "
                 "range (see TrustMarginConfig's fields)") from None
 
@@ -161,4 +125,4 @@ class TrustMarginConfig(BaseModel):
             return super().model_validate(obj, *args, **kwargs)
         except ValidationError as exc:
             # pydantic validates through the custom __init__ and wraps its ValueError.
-            raise typed_error(exc, _RULE_FIX) from None
+            raise typed_error(exc, RULE_VALUE_FIX) from None

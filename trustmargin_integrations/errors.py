@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # only read (``exc.errors()``): this module imports nothing at run time
+    from pydantic import ValidationError
+
 
 class TrustMarginError(Exception):
     """Base class for every error this package raises on purpose."""
@@ -63,3 +68,21 @@ class MixedFleetError(InvalidInputError):
     """The members of a serving fleet do not serve the same model (different model ids,
     tokenizers, context windows or numbers on the same probe), so which member answered
     would change the results."""
+
+
+def invalid_input(exc: ValidationError, fix: str, prefix: str = "") -> InvalidInputError:
+    """The first problem of a pydantic error as an InvalidInputError naming its field."""
+    problem = exc.errors()[0]
+    where = ".".join(str(part) for part in problem["loc"])
+    shown = repr(problem.get("input"))
+    shown = shown if len(shown) <= 60 else shown[:59] + "…"
+    return InvalidInputError(f"{prefix}{where}" if where else prefix.rstrip(".") or "value",
+                             f"{problem['msg'][:1].lower()}{problem['msg'][1:]}, got {shown}",
+                             fix)
+
+
+def typed_error(exc: ValidationError, fix: str) -> InvalidInputError:
+    """A pydantic error as the project's: the InvalidInputError a validator raised inside it
+    (pydantic wraps it), else :func:`invalid_input` with ``fix``."""
+    inner = (exc.errors()[0].get("ctx") or {}).get("error")
+    return inner if isinstance(inner, InvalidInputError) else invalid_input(exc, fix)

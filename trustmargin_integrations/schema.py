@@ -1,6 +1,11 @@
 """Pydantic records: passages, the three prompt views and the Decision (the audit record).
 The input of one arbitration is validation.ArbitrationInput (its model is its validator).
 
+Records only: this module imports neither the rule nor the config (the words it shares with
+the rule are :mod:`~trustmargin_integrations.vocabulary`'s), so every retriever can return
+``Passage`` records without loading a decision policy. A recorded Decision is replayed under
+any policy by :mod:`trustmargin_integrations.rule.replay`, which reads it.
+
 Every number in these records is finite (``allow_inf_nan=False``): a NaN likelihood or margin
 makes every comparison with tau false, so it would pass for a Direct decision, and JSON would
 write it as ``null``. Such a record is refused where it is built, never stored.
@@ -12,9 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from trustmargin_integrations.config import DecisionPolicy, LambdaBind, Tau, check_rule_value
-from trustmargin_integrations.rule import Choice, Policy, Reason
-from trustmargin_integrations.rule.replay import Variant, own_policy, replay_winner, variant_policy
+from trustmargin_integrations.vocabulary import Choice, LambdaBind, Reason, Tau
 
 Source = Literal["direct", "rag", "agree"]
 CompareForm = Literal["paper", "differential", "extract", "sentence", "whole"]
@@ -224,10 +227,14 @@ class Decision(BaseModel):
         description="Index in rag_candidates of the kept candidate; None when Direct is kept "
                     "or the decision is pairwise.")
 
-    policy: DecisionPolicy = Field(
-        "rule", exclude_if=_the_rule,
-        description="Who decided a scored question (TrustMarginConfig.policy): 'rule', "
-                    "'bind_only', 'prior_only', 'always_rag' or 'always_direct'.")
+    # A name, not checked against the rule's registry: the records never import the rule,
+    # and an audit record stays readable after a policy is renamed (replay maps old names
+    # and refuses an unknown one, rule.replay).
+    policy: str = Field(
+        "rule", exclude_if=_the_rule, pattern=r"^[a-z][a-z0-9_]*$",
+        description="Who decided a scored question: the name of the policy "
+                    "(TrustMarginConfig.policy: 'rule', 'bind_only', 'prior_only', "
+                    "'weighted_bind', 'always_rag' or 'always_direct').")
     paper_choice: Choice | None = Field(
         None, exclude_if=_none,
         description="The side the paper's rule (lambda 0.5, tau -1.5) would have kept; set "
@@ -244,69 +251,35 @@ class Decision(BaseModel):
                              f"({len(self.rag_candidates)} candidates)")
         return self
 
-    def replay(
-        self,
-        lambda_bind: float | None = None,
-        tau: float | None = None,
-        variant: Variant = "full",
-    ) -> Choice:
-        """The side kept: with no argument the decision actually made (under its own
-        policy and numbers); with any argument the margin rule under those hyper-parameters
-        (the others default to the decision's own), whatever policy decided.
-
-        Decisions settled before scoring (no evidence, a blank answer, equal answers) keep
-        their outcome: no hyper-parameter or policy changes them. A multi-candidate decision
-        is replayed over all its candidates (see :meth:`replay_winner`).
-        """
-        # replay_winner keeps settled outcomes too, and checks the arguments in every case.
-        return "direct" if self.replay_winner(lambda_bind, tau, variant) is None else "rag"
-
-    def replay_winner(
-        self,
-        lambda_bind: float | None = None,
-        tau: float | None = None,
-        variant: Variant = "full",
-    ) -> int | None:
-        """Which RAG candidate is kept: its index in ``rag_candidates`` (0 for the one RAG
-        answer of a pairwise decision), None for Direct.
-
-        With no argument, the decision's own policy replays; with any argument, the margin
-        rule (or the ablation ``variant`` names) under those hyper-parameters, on the
-        recorded margins of every candidate (the calibration grid and the ablations): both
-        through :func:`~trustmargin_integrations.rule.replay.replay_winner`.
-
-        Raises:
-            InvalidInputError: ``lambda_bind`` or ``tau`` is not a finite number within the
-                config's bounds (NaN would silently replay as Direct).
-        """
-        own = lambda_bind is None and tau is None and variant == "full"
-        lam = self.lambda_bind if lambda_bind is None else check_rule_value(
-            "lambda_bind", lambda_bind)
-        threshold = self.tau if tau is None else check_rule_value("tau", tau)
-        policy = own_policy(self) if own else variant_policy(lam, threshold, variant)
-        return replay_winner(self, policy)
-
-    def replay_policy(self, policy: Policy) -> int | None:
-        """Which RAG candidate ``policy`` keeps for this question (None for Direct), on the
-        recorded margins: how a calibration file's or the domain check's policy would have
-        decided. A decision settled before scoring keeps its outcome under every policy, as
-        the arbiter keeps it (its RAG answer is blank or absent, or equals Direct)."""
-        return replay_winner(self, policy)
-
-    def replay_answer(
-        self,
-        lambda_bind: float | None = None,
-        tau: float | None = None,
-        variant: Variant = "full",
-    ) -> str:
-        """The answer text the rule keeps under other hyper-parameters (default: its own)."""
-        index = self.replay_winner(lambda_bind, tau, variant)
-        if index is None:
-            return self.direct_answer
-        return self.rag_candidates[index].answer if self.rag_candidates else self.rag_answer
-
     @property
-    def chose_rag(self) -> bool:
-        """True when the final answer is the RAG candidate (equal answers count as RAG)."""
-        return self.replay() == "rag"
+    def candidates(self) -> list[RagCandidate]:
+        """Every RAG-side candidate as one list, read-only (a view, not a stored field): the
+        ``rag_candidates`` of a multi-candidate decision, else the one RAG answer of a
+        pairwise decision as a :class:`RagCandidate` made of its pairwise fields. The stored
+        JSON of either kind is unchanged."""
+        if self.rag_candidates:
+            return list(self.rag_candidates)
+        return [RagCandidate(answer=self.rag_answer, raw=self.rag_raw,
+                             agrees_with_direct=self.source == "agree",
+                             likelihoods=self.rag_likelihoods, m_prior=self.m_prior,
+                             m_bind=self.m_bind, m=self.m)]
 
+    def given_text(self, side: Choice) -> str:
+        """One side's whole text: the Direct (``"direct"``) or the shown RAG candidate's
+        (``"rag"``) text as given, whatever part of it was compared (see
+        :func:`given_text`)."""
+        if side == "direct":
+            return given_text(self.direct_raw, self.direct_answer)
+        return given_text(self.rag_raw, self.rag_answer)
+
+
+def given_text(raw: str | None, text: str) -> str:
+    """A candidate's whole text as given, from what a record keeps of it: ``raw`` (kept only
+    when it differs from ``text``, the cleaned or compared part), else ``text``, which is
+    then the whole text.
+
+    The one rule for the text a decision returns for a given candidate
+    (``arbiter.decision.returned_text``) and the text graded as a chain's answer
+    (``evaluation.diagnostics.score_decision``).
+    """
+    return raw.strip() if raw is not None else text

@@ -32,8 +32,7 @@ from pydantic import (
     model_validator,
 )
 
-from trustmargin_integrations.config import invalid_input, typed_error
-from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.errors import InvalidInputError, invalid_input, typed_error
 from trustmargin_integrations.schema import Passage, PassageRef
 
 NamedText = tuple[str | None, str]
@@ -98,7 +97,7 @@ def _checking(info: ValidationInfo) -> _Checking:
 def typed_errors(fix: str) -> Iterator[None]:
     """Turn pydantic's ``ValidationError`` into the project's typed error: the
     InvalidInputError a validator raised inside it (pydantic wraps it), else one naming the
-    field with ``fix`` (:func:`~trustmargin_integrations.config.typed_error`)."""
+    field with ``fix`` (:func:`~trustmargin_integrations.errors.typed_error`)."""
     try:
         yield
     except ValidationError as exc:

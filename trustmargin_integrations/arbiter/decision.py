@@ -21,7 +21,13 @@ from trustmargin_integrations.rule import (
     apply_policy,
     compute_margins,
 )
-from trustmargin_integrations.schema import Decision, RagCandidate, Timings, ViewLikelihoods
+from trustmargin_integrations.schema import (
+    Decision,
+    RagCandidate,
+    Timings,
+    ViewLikelihoods,
+    given_text,
+)
 
 
 @dataclass(frozen=True)
@@ -124,7 +130,7 @@ def returned_text(candidate: Candidate, compared_text: str, config: TrustMarginC
         return candidate.answer
     if config.return_text == "scored":
         return compared_text
-    return candidate.raw.strip() if candidate.raw is not None else candidate.answer
+    return given_text(candidate.raw, candidate.answer)
 
 
 # Long only by the Decision's field list (one keyword per audit field, ~35): kept in one call

@@ -5,7 +5,7 @@ pure function of the cached likelihoods:
 
 * ``direct`` / ``rag``: always one source;
 * ``trustmargin``, ``no_prior`` (w/o M_prior), ``no_bind`` (w/o M_bind): the rule of
-  :mod:`trustmargin_integrations.rule`, replayed by ``Decision.replay``;
+  :mod:`trustmargin_integrations.rule`, replayed by ``rule.replay.replay``;
 * ``oracle``: the better candidate by the gold answer (max F1, max EM).
 
 Dataset averages follow the paper: the arithmetic mean of the per-dataset numbers.
@@ -28,7 +28,7 @@ from trustmargin_integrations.evaluation.metrics import (
 )
 from trustmargin_integrations.evaluation.runner import EvalRecord, NoiseRecord
 from trustmargin_integrations.rule import Choice
-from trustmargin_integrations.rule.replay import Variant
+from trustmargin_integrations.rule.replay import Variant, replay
 from trustmargin_integrations.schema import Decision
 
 METHODS: tuple[str, ...] = ("direct", "rag", "trustmargin", "no_prior", "no_bind", "oracle")
@@ -85,18 +85,11 @@ def score_decision(decision: Decision, gold: Sequence[str], *, whole_texts: bool
     own answers), not the part the arbiter compared (``direct_answer``/``rag_answer`` hold
     that part, e.g. the differing words); the text is what the chain returns to its user.
     """
-    direct, rag = ((given_text(decision.direct_raw, decision.direct_answer),
-                    given_text(decision.rag_raw, decision.rag_answer)) if whole_texts
+    direct, rag = ((decision.given_text("direct"), decision.given_text("rag")) if whole_texts
                    else (decision.direct_answer, decision.rag_answer))
     return Scored(token_f1(direct, gold), token_f1(rag, gold), exact_match(direct, gold),
                   exact_match(rag, gold), contains_gold(direct, gold), contains_gold(rag, gold),
                   decision)
-
-
-def given_text(raw: str | None, compared: str) -> str:
-    """A given candidate's whole text: its text as given when the compared part differs
-    from it, else the compared part (which is then the whole text)."""
-    return raw.strip() if raw is not None else compared
 
 
 def score_records(records: Sequence[EvalRecord], *, whole_texts: bool = False) -> list[Scored]:
@@ -131,7 +124,7 @@ def per_question_scores(
                 choice: Choice = "direct" if method == "direct" else "rag"
             else:
                 variant: Variant = "full" if method == "trustmargin" else method  # type: ignore[assignment]
-                choice = s.decision.replay(lambda_bind, tau, variant)
+                choice = replay(s.decision, lambda_bind=lambda_bind, tau=tau, variant=variant)
             f1s.append(s.f1(choice))
             ems.append(s.em(choice))
         out[method] = (f1s, ems)
@@ -177,12 +170,12 @@ def arbitration_diagnostics(
     best_em = max(table["direct"][1], table["rag"][1])
     d_better = [s for s in scored if s.f1_direct > s.f1_rag]
     r_better = [s for s in scored if s.f1_rag > s.f1_direct]
-    picks = [s.decision.replay(lambda_bind, tau) for s in scored]
+    picks = [replay(s.decision, lambda_bind=lambda_bind, tau=tau) for s in scored]
 
     def rate(cases: Sequence[Scored], want: Choice) -> float | None:
         if not cases:
             return None
-        hits = sum(s.decision.replay(lambda_bind, tau) == want for s in cases)
+        hits = sum(replay(s.decision, lambda_bind=lambda_bind, tau=tau) == want for s in cases)
         return 100.0 * hits / len(cases)
 
     return ArbitrationDiagnostics(
@@ -228,7 +221,7 @@ def disagreement_recovery(
         cases = [s for s in scored
                  if s.f1(side) > s.f1(other)]  # type: ignore[arg-type]
         available = sum(s.f1(side) - s.f1(other) for s in cases)  # type: ignore[arg-type]
-        realized = sum(s.f1(s.decision.replay(lambda_bind, tau)) - s.f1(other)  # type: ignore[arg-type]
+        realized = sum(s.f1(replay(s.decision, lambda_bind=lambda_bind, tau=tau)) - s.f1(other)  # type: ignore[arg-type]
                        for s in cases)
         out[f"{side}_favored"] = Recovery(len(cases), 100.0 * available / n,
                                           100.0 * realized / n)
@@ -284,7 +277,7 @@ def noise_summary(
         items = [n for n in noise if n.n_replaced == level]
         scored = [score_decision(n.decision, n.example.answers) for n in items]
         disagree = [s for s in scored if s.decision.reason != "answers_agree"]
-        picks = [s.decision.replay(lambda_bind, tau) for s in disagree]
+        picks = [replay(s.decision, lambda_bind=lambda_bind, tau=tau) for s in disagree]
         table = method_scores(scored, lambda_bind, tau)
         out.append(NoiseLevel(
             n_replaced=level, n=len(items), n_disagree=len(disagree),

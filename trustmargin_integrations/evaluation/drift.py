@@ -13,6 +13,7 @@ from statistics import mean
 
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.evaluation.runner import EvalRecord
+from trustmargin_integrations.rule.replay import replay
 
 _VIEWS = ("question_only", "question_context", "context_only")
 
@@ -47,7 +48,7 @@ def measure_drift(reference: Sequence[EvalRecord], other: TrustMargin) -> DriftR
     scored = 0
     for ref, new in zip(reference, fresh, strict=True):
         old = ref.decision
-        if old.replay() != new.replay():
+        if replay(old) != replay(new):
             flips += 1
         if old.m is None or new.m is None:
             continue

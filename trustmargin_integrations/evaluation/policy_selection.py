@@ -64,6 +64,7 @@ from trustmargin_integrations.evaluation.rule_fit import (
     side_scores,
 )
 from trustmargin_integrations.rule import PAPER_LAMBDA_BIND, PAPER_TAU, SETTLED, Policy
+from trustmargin_integrations.rule.replay import replay
 
 PolicyKind = Literal["paper", "fitted", "prior_only", "bind_only", "always_rag",
                      "always_direct"]
@@ -109,8 +110,8 @@ class PolicyTable:
             metric: side_scores(scored, metric) for metric in OBJECTIVES}
         decisions = [s.decision for s in scored]
         self.settled = np.array([d.reason in SETTLED for d in decisions])
-        # A settled question keeps its outcome under every rule (Decision.replay's contract).
-        self.settled_rag = np.array([d.reason in SETTLED and d.replay() == "rag"
+        # A settled question keeps its outcome under every rule (replay's contract).
+        self.settled_rag = np.array([d.reason in SETTLED and replay(d) == "rag"
                                      for d in decisions])
         for d, settled in zip(decisions, self.settled, strict=True):
             if not settled and (d.m_prior is None or d.m_bind is None):

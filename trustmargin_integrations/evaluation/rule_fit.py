@@ -2,8 +2,8 @@
 
 The rule stays the paper's (two margins, one threshold: RAG iff
 ``M_prior + lambda_bind * M_bind > tau``); only its two numbers are fitted, by maximizing the
-mean F1 (or EM, or ``contains``: a gold answer stated in the text) of
-``Decision.replay(lambda_bind, tau)`` over a grid:
+mean F1 (or EM, or ``contains``: a gold answer stated in the text) of the replayed choices
+(``rule.replay.replay(decision, lambda_bind=..., tau=...)``) over a grid:
 
 * lambdas :data:`LAMBDAS` = 0, 0.1, ..., 2.0; taus :data:`TAUS` = -5, -4.95, ..., 3 (a 0.05
   grid). Both contain the paper's defaults (0.5, -1.5).
@@ -60,6 +60,7 @@ from trustmargin_integrations.evaluation.diagnostics import (
     Scored,
 )
 from trustmargin_integrations.rule import SETTLED, Rule
+from trustmargin_integrations.rule.replay import replay
 
 LAMBDAS: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(21))
 """lambda_bind grid: 0, 0.1, ..., 2.0."""
@@ -91,8 +92,9 @@ def side_scores(scored: Sequence[Scored], metric: Objective) -> tuple[np.ndarray
 class Problem:
     """The questions of a calibration: per-question candidate scores and replayed choices.
 
-    ``rag[q, i, j]`` is True when ``Decision.replay(lambdas[i], taus[j])`` would keep question
-    ``q``'s RAG answer; it is computed once and shared by every fit on a subset.
+    ``rag[q, i, j]`` is True when the rule at ``lambdas[i]`` and ``taus[j]`` keeps question
+    ``q``'s RAG answer (as ``replay(decision, lambda_bind=lambdas[i], tau=taus[j])`` does); it
+    is computed once and shared by every fit on a subset.
     """
 
     def __init__(self, scored_by_dataset: Mapping[str, Sequence[Scored]],
@@ -122,10 +124,10 @@ class Problem:
             if d.reason in SETTLED or d.m_prior is None or d.m_bind is None:
                 # No lambda or tau changes a settled decision (replay raises on a scored
                 # decision without margins, as it should).
-                self.rag[q] = d.replay() == "rag"
+                self.rag[q] = replay(d) == "rag"
             else:
-                # The rule on the whole grid at once (what Decision.replay computes cell by
-                # cell; test_calibration checks they agree).
+                # The rule on the whole grid at once (what rule.replay.replay computes cell
+                # by cell; test_calibration checks they agree).
                 self.rag[q] = Rule.keeps_rag_grid(d.m_prior, d.m_bind, self.lambdas, self.taus)
 
     def __len__(self) -> int:
@@ -162,15 +164,17 @@ class Problem:
         i, j = min(cells, key=lambda ij: (abs(self.lambdas[ij[0]] - DEFAULT_LAMBDA)
                                           + abs(self.taus[ij[1]] - DEFAULT_TAU), ij))
         lam, tau = self.lambdas[i], self.taus[j]
-        default = self.score([self.scored[q].decision.replay(DEFAULT_LAMBDA, DEFAULT_TAU)
-                              for q in idx], idx)
+        default = self.score([replay(self.scored[q].decision, lambda_bind=DEFAULT_LAMBDA,
+                                     tau=DEFAULT_TAU) for q in idx], idx)
         return Fit(lam, tau, 100 * float(raw[i, j]), 100 * default)
 
     def chosen_scores(self, index: Sequence[int], lambda_bind: float, tau: float
                       ) -> list[float]:
-        """Per-question score (0..1) of ``Decision.replay(lambda_bind, tau)`` on ``index``."""
-        return [float(self.rag_score[q] if self.scored[q].decision.replay(lambda_bind, tau)
-                      == "rag" else self.direct[q]) for q in index]
+        """Per-question score (0..1) of the rule replayed at ``lambda_bind`` and ``tau`` on
+        ``index``."""
+        return [float(self.rag_score[q]
+                      if replay(self.scored[q].decision, lambda_bind=lambda_bind, tau=tau) == "rag"
+                      else self.direct[q]) for q in index]
 
 
 def assign_folds(datasets: Sequence[str], folds: int, seed: int) -> list[int]:

@@ -94,7 +94,8 @@ def kept_sources(decision: Decision, nodes: Sequence[NodeWithScore],
 class DecisionRecord(dict[str, Any]):
     """A :class:`Decision` as ``Response.metadata["trustmargin"]``: its JSON form as a dict,
     so ``json.dumps(response.metadata)`` works, which also answers every attribute and method
-    of the Decision (``record.source``, ``record.m``, ``record.replay()``).
+    of the Decision (``record.source``, ``record.m``; ``rule.replay.replay(record.decision)``
+    replays it).
 
     ``record.decision`` is the Decision itself (the object the decision event carries).
     """

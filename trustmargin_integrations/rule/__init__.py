@@ -7,8 +7,9 @@ records.
 * :mod:`.policies`: the policies, one class each, registered by name (the one vocabulary of
   config, calibration files, CLI and records), and :meth:`Policy.decide`, the one executor of
   the rule (its vectorised form: :meth:`Policy.keeps_rag`);
-* :mod:`.replay`: a recorded question replayed under any policy, read through a protocol so
-  that the records never import the rule.
+* :mod:`.replay`: a recorded Decision replayed under any policy (``replay``,
+  ``replay_winner``, ``replay_answer``, ``kept_rag``), read through a protocol: the records
+  never import the rule and carry no rule of their own.
 """
 
 from trustmargin_integrations.rule.policies import (

@@ -54,7 +54,7 @@ LEGACY_NAMES: dict[str, str] = {
     "paper": "rule", "fitted": "rule",  # calibration files' kinds before one vocabulary
     "full": "rule", "no_bind": "prior_only", "no_prior": "weighted_bind",  # replay variants
 }
-"""Old names of policies (calibration files, ``Decision.replay``'s ``variant``) and the
+"""Old names of policies (calibration files, the ``variant`` of :func:`.replay.replay`) and the
 policy each one is: the one place they are mapped."""
 
 

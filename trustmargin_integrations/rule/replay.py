@@ -1,8 +1,18 @@
 """A recorded question replayed under any policy, from its recorded margins (no model).
 
-The records (``schema.Decision``) never import the rule: this module reads them through the
-protocols below, so a cached run replays under a policy it was not decided by (the lambda x
-tau grid, the ablations, a calibration file's or the domain check's policy).
+The records (``schema.Decision``) never import the rule and carry no rule of their own: this
+module reads them through the protocols below, so a cached run replays under a policy it was
+not decided by (the lambda x tau grid, the ablations, a calibration file's or the domain
+check's policy):
+
+* :func:`replay`: the side kept (``"direct"`` / ``"rag"``);
+* :func:`replay_winner`: the kept RAG candidate's index (None: Direct);
+* :func:`replay_answer`: the kept answer's text;
+* :func:`kept_rag`: whether the decision as made kept the RAG side.
+
+Each takes a :class:`~.policies.Policy`, or the numbers of the margin rule (``lambda_bind``,
+``tau``, the ablation ``variant``; the missing ones are the decision's own), or nothing: the
+decision's own policy and numbers.
 """
 
 from __future__ import annotations
@@ -10,13 +20,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, Protocol
 
+from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.rule.policies import Policy
 from trustmargin_integrations.rule.settled import SETTLED, settle_among, settled_kept
 from trustmargin_integrations.rule.verdict import MarginPair
+from trustmargin_integrations.vocabulary import Choice, check_rule_value
 
 Variant = Literal["full", "no_prior", "no_bind"]
 """The paper's rule or one of its ablations (w/o M_prior, w/o M_bind): old names of the
-policies ``rule``, ``weighted_bind`` and ``prior_only`` (``Decision.replay``'s argument)."""
+policies ``rule``, ``weighted_bind`` and ``prior_only`` (the ``variant`` of :func:`replay`)."""
 VARIANTS: tuple[Variant, ...] = ("full", "no_prior", "no_bind")
 
 
@@ -39,6 +51,13 @@ class RecordedCandidate(Protocol):
 
     @property
     def m_bind(self) -> float | None: ...
+
+
+class RecordedRagCandidate(RecordedCandidate, Protocol):
+    """One recorded RAG candidate of a multi-candidate decision: its margins and its text."""
+
+    @property
+    def answer(self) -> str: ...
 
 
 class PairwiseRecord(RecordedCandidate, Protocol):
@@ -70,7 +89,12 @@ class RecordedDecision(PairwiseRecord, Protocol):
     def winner(self) -> int | None: ...
 
     @property
-    def rag_candidates(self) -> Sequence[RecordedCandidate]: ...
+    def rag_candidates(self) -> Sequence[RecordedRagCandidate]: ...
+
+    @property
+    def candidates(self) -> Sequence[RecordedRagCandidate]:
+        """Every RAG candidate, the one RAG answer of a pairwise decision included."""
+        ...
 
     @property
     def policy(self) -> str: ...
@@ -90,27 +114,91 @@ def recorded_margins(decision: RecordedDecision) -> list[MarginPair | None] | No
     """
     if decision.reason in SETTLED:
         return None
-    rows = decision.rag_candidates or [decision]
     margins = [None if c.m_prior is None or c.m_bind is None else MarginPair(c.m_prior, c.m_bind)
-               for c in rows]
+               for c in decision.candidates]
     if all(pair is None for pair in margins):
         raise ValueError(f"decision {decision.id!r} has reason {decision.reason!r} but no "
                          "margins")
     return margins
 
 
-def replay_winner(decision: RecordedDecision, policy: Policy | None = None) -> int | None:
-    """Which RAG candidate ``policy`` (default: the decision's own) keeps: its index in
-    ``rag_candidates`` (0 for the one RAG answer of a pairwise decision), None for Direct.
+def policy_at(decision: RecordedDecision, lambda_bind: float | None = None,
+              tau: float | None = None, variant: Variant = "full") -> Policy:
+    """The policy a replay applies: with no number and the ``"full"`` variant, the decision's
+    own (:func:`own_policy`); otherwise the margin rule, or the ablation ``variant`` names, at
+    ``lambda_bind`` and ``tau`` (each defaulting to the decision's own), whatever policy made
+    the decision.
 
-    A decision settled before scoring keeps its outcome under every policy, as the arbiter
-    keeps it (its RAG answer is blank or absent, or equals Direct).
+    Raises:
+        InvalidInputError: ``lambda_bind`` or ``tau`` is not a finite number within the
+            config's bounds (NaN would silently replay as Direct).
+        ValueError: an unknown variant.
     """
+    if lambda_bind is None and tau is None and variant == "full":
+        return own_policy(decision)
+    lam = decision.lambda_bind if lambda_bind is None else check_rule_value(
+        "lambda_bind", lambda_bind)
+    threshold = decision.tau if tau is None else check_rule_value("tau", tau)
+    return variant_policy(lam, threshold, variant)
+
+
+def _policy(decision: RecordedDecision, policy: Policy | None, lambda_bind: float | None,
+            tau: float | None, variant: Variant) -> Policy:
+    """``policy``, or the one :func:`policy_at` names; both given is refused."""
+    if policy is None:
+        return policy_at(decision, lambda_bind, tau, variant)
+    if lambda_bind is not None or tau is not None or variant != "full":
+        raise InvalidInputError("policy", "a policy and the rule's numbers were both given",
+                                "pass the policy alone (its numbers are its own), or only "
+                                "lambda_bind / tau / variant")
+    return policy
+
+
+def replay_winner(decision: RecordedDecision, policy: Policy | None = None, *,
+                  lambda_bind: float | None = None, tau: float | None = None,
+                  variant: Variant = "full") -> int | None:
+    """Which RAG candidate is kept: its index in ``rag_candidates`` (0 for the one RAG
+    answer of a pairwise decision), None for Direct; under ``policy``, or the rule at the
+    numbers given (:func:`policy_at`), or the decision's own policy.
+
+    A decision settled before scoring (no evidence, a blank answer, equal answers) keeps its
+    outcome under every policy and number, as the arbiter keeps it (its RAG answer is blank
+    or absent, or equals Direct); the numbers are checked all the same.
+
+    Raises:
+        InvalidInputError: a bad number (:func:`policy_at`), an unknown recorded policy, or
+            a policy given with numbers.
+        ValueError: a scored decision without margins (a damaged record).
+    """
+    chosen = _policy(decision, policy, lambda_bind, tau, variant)
     margins = recorded_margins(decision)
     if margins is None:
         return settled_kept(decision.reason,
                             decision.winner if decision.rag_candidates else 0)
-    return (policy or own_policy(decision)).decide(margins).kept
+    return chosen.decide(margins).kept
+
+
+def replay(decision: RecordedDecision, policy: Policy | None = None, *,
+           lambda_bind: float | None = None, tau: float | None = None,
+           variant: Variant = "full") -> Choice:
+    """The side kept (arguments as :func:`replay_winner`): ``"rag"`` when a RAG candidate is
+    kept, else ``"direct"``."""
+    kept = replay_winner(decision, policy, lambda_bind=lambda_bind, tau=tau, variant=variant)
+    return "direct" if kept is None else "rag"
+
+
+def replay_answer(decision: RecordedDecision, policy: Policy | None = None, *,
+                  lambda_bind: float | None = None, tau: float | None = None,
+                  variant: Variant = "full") -> str:
+    """The kept answer's text as scored (arguments as :func:`replay_winner`): Direct's, the
+    kept candidate's, or the pairwise RAG answer."""
+    index = replay_winner(decision, policy, lambda_bind=lambda_bind, tau=tau, variant=variant)
+    return decision.direct_answer if index is None else decision.candidates[index].answer
+
+
+def kept_rag(decision: RecordedDecision) -> bool:
+    """True when the decision, as made, keeps the RAG side (agreeing answers count as RAG)."""
+    return replay(decision) == "rag"
 
 
 def multi_candidate_answer(decisions: Sequence[PairwiseRecord]) -> str:

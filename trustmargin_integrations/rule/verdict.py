@@ -2,38 +2,25 @@
 
 Records of the rule only (no model, no policy): :class:`MarginPair` is one RAG candidate's
 evidence against Direct, :class:`Margins` the same with the combined ``M`` a policy computed,
-and :class:`Verdict` what a policy (or a settled case) decided.
+and :class:`Verdict` what a policy (or a settled case) decided. The words it shares with the
+Decision records, ``Choice`` and ``Reason``, are defined in
+:mod:`~trustmargin_integrations.vocabulary` and re-exported here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
+
+from trustmargin_integrations.vocabulary import Choice, Reason
 
 PAPER_LAMBDA_BIND: float = 0.5
 """The paper's weight of the evidence-binding margin (Section 4.3): the one place it is typed."""
 PAPER_TAU: float = -1.5
 """The paper's decision threshold (Section 4.3): RAG is chosen iff M > tau."""
 
-Choice = Literal["direct", "rag"]
-"""The side a decision keeps."""
-
-Reason = Literal[
-    "margin_above_tau",
-    "margin_at_or_below_tau",
-    "answers_agree",
-    "rag_answer_blank",
-    "direct_answer_blank",
-    "both_answers_blank",
-    "no_evidence",
-    "policy_always_rag",
-    "policy_always_direct",
-]
-"""Why a decision came out as it did; the first two are a margin policy, the next five settle
-a question before any likelihood is needed (:mod:`.settled`), and the last two name the
-single-source policy that decided a scored question. With several RAG candidates,
-``rag_answer_blank`` means every candidate is blank, ``both_answers_blank`` that Direct is
-blank too, and ``answers_agree`` that every non-blank candidate normalizes equal to Direct."""
+__all__ = ["PAPER_LAMBDA_BIND", "PAPER_TAU", "Choice", "HasMargins", "MarginPair", "Margins",
+           "Reason", "ThreeViews", "Verdict", "compute_margins"]
 
 
 class ThreeViews(Protocol):

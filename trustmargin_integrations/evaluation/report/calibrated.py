@@ -29,6 +29,7 @@ from trustmargin_integrations.evaluation.report.view import RunView, Section
 from trustmargin_integrations.evaluation.rule_fit import Problem, cross_validate
 from trustmargin_integrations.prompts import PROMPT_VERSION
 from trustmargin_integrations.rule import Policy
+from trustmargin_integrations.rule.replay import replay_winner
 
 CALIBRATED_METHODS = ("direct", "rag", "default", "calibrated", "oracle")
 CALIBRATED_COMPARISONS = [("calibrated", "default"), ("calibrated", BEST_SINGLE)]
@@ -130,7 +131,7 @@ def _with_calibrated(subset: Sequence[Scored], chosen: Sequence[Policy]
     base = per_question_scores(subset, methods=("direct", "rag", "trustmargin", "oracle"))
     f1s, ems = [], []
     for s, policy in zip(subset, chosen, strict=True):
-        choice = "direct" if s.decision.replay_policy(policy) is None else "rag"
+        choice = "direct" if replay_winner(s.decision, policy) is None else "rag"
         f1s.append(s.f1(choice))
         ems.append(s.em(choice))
     return {"direct": base["direct"], "rag": base["rag"], "default": base["trustmargin"],

@@ -22,7 +22,7 @@ from trustmargin_integrations.evaluation.report.formatting import (
 )
 from trustmargin_integrations.evaluation.report.view import RunView, Section
 from trustmargin_integrations.evaluation.rundir import DatasetRun
-from trustmargin_integrations.rule.replay import multi_candidate_answer
+from trustmargin_integrations.rule.replay import multi_candidate_answer, replay
 from trustmargin_integrations.schema import Decision
 
 PIPELINE_LABELS = {"bm25": "BM25-RAG", "ircot": "IRCoT", "flare": "FLARE",
@@ -87,7 +87,7 @@ def _pipeline_row(runs: Sequence[DatasetRun], pipe: str) -> _Row | None:
         with_tm: tuple[list[float], list[float]] = ([], [])
         for ident, (decision, seconds) in decisions.items():
             s = score_decision(decision, gold[ident])
-            choice = decision.replay()
+            choice = replay(decision)
             alone[0].append(s.f1_rag)
             alone[1].append(s.em_rag)
             with_tm[0].append(s.f1(choice))
