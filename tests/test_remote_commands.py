@@ -52,7 +52,7 @@ DATA_DIR = Path(os.environ.get("TRUSTMARGIN_DATA")
 @pytest.fixture(scope="module")
 def llama_server() -> Iterator[LlamaCppServer]:
     with LlamaCppServer(REGISTRY["smollm2-135m"].locate(), alias="smollm2-135m", n_ctx=1024,
-                        n_threads=2) as server:
+                        n_threads=1, numpy_sort=True) as server:
         yield server
 
 
