@@ -65,7 +65,8 @@ def tokenizer() -> Any:
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[LlamaCppServer, LlamaCppServer]]:
     gguf = REGISTRY[MODEL].locate()
-    options = {"alias": MODEL, "n_ctx": 512, "n_threads": 1, "extra_args": ["--n_batch", "1"]}
+    options = {"alias": MODEL, "n_ctx": 512, "n_threads": 1, "extra_args": ["--n_batch", "1"],
+               "numpy_sort": True}
     with LlamaCppServer(gguf, **options) as first, LlamaCppServer(gguf, **options) as second:
         yield first, second
 
@@ -156,7 +157,8 @@ def test_a_fleet_of_two_models_is_refused(servers: tuple[LlamaCppServer, LlamaCp
     # Found on first use: the same file served with another RoPE base is another model.
     gguf = REGISTRY[MODEL].locate()
     with LlamaCppServer(gguf, alias=MODEL, n_ctx=512, n_threads=1,
-                        extra_args=["--n_batch", "1", "--rope_freq_base", "2000"]) as other:
+                        extra_args=["--n_batch", "1", "--rope_freq_base", "2000"],
+                        numpy_sort=True) as other:
         odd = member(other.url, tokenizer)
         fleet = Fleet([member(first.url, tokenizer), odd], in_flight=2)
         with pytest.raises(MixedFleetError) as found:

@@ -60,7 +60,7 @@ QUESTIONS = [
 @pytest.fixture(scope="module")
 def llama_server() -> Iterator[LlamaCppServer]:
     with LlamaCppServer(REGISTRY["smollm2-135m"].locate(), alias="smollm2-135m", n_ctx=1024,
-                        n_threads=2) as server:
+                        n_threads=1, numpy_sort=True) as server:
         yield server
 
 
@@ -158,7 +158,7 @@ def test_too_long_prompt_fails_fast_with_the_servers_reason(remote: OpenAICompat
 def test_server_without_prompt_logprobs_is_a_clear_error(backend: Any) -> None:
     # A real llama.cpp server started without logits_all cannot echo prompt log-probabilities.
     with LlamaCppServer(REGISTRY["smollm2-135m"].locate(), alias="nolog", n_ctx=256,
-                        n_threads=1, logits_all=False) as server, \
+                        n_threads=1, logits_all=False, numpy_sort=True) as server, \
             OpenAICompatBackend(server.url, "nolog", backend.tokenizer) as rb:
         with pytest.raises(BackendError, match="cannot return prompt log-probabilities"):
             rb.score_continuations([ContinuationRequest("Hello", " world")])
@@ -354,3 +354,39 @@ def test_arbiter_generates_missing_candidates_then_scores_cleaned_answers(backen
         assert d.direct_generated and d.rag_generated
         assert d.direct_likelihoods is not None and d.direct_likelihoods.question_only == -0.5
         assert d.m == pytest.approx(0.0)
+
+
+# -- the test server's launcher (tests/llama_cpp_launch.py) --------------------------------
+
+
+def test_the_launchers_sort_is_the_builtin_sort_of_a_vocabulary_row() -> None:
+    # The launcher swaps llama-cpp-python's per-token sorted(zip(logprobs, range(V)),
+    # reverse=True) for a numpy sort; the server's answers are only the same if the lists are.
+    import numpy as np
+    from llama_cpp_launch import sorted_like_builtin
+
+    def both(values: Any, indices: range) -> tuple[list[Any], list[Any]]:
+        """The launcher's and the builtin's sort of ``zip(values, indices)``, descending."""
+        # strict=False: llama-cpp-python's own zip (a strict zip reduces the same way).
+        return (sorted_like_builtin(zip(values, indices, strict=False), reverse=True),
+                sorted(zip(values, indices, strict=False), reverse=True))
+
+    row = np.random.default_rng(7).standard_normal(49152).astype(np.float32)
+    row[::97] = row[5]  # ties: the later index comes first
+    row[1::89] = -np.inf  # masked tokens
+    for values in (row, row[:3], row[:1], -np.abs(row[:1000]).astype(np.float64)):
+        fast, builtin = both(values, range(len(values)))
+        assert fast == builtin
+    # Other shapes go to the builtin untouched: a started iterator, another range, NaN, a key.
+    started = iter(row[:50])
+    next(started)
+    assert sorted_like_builtin(zip(started, range(49), strict=False), reverse=True) == sorted(
+        zip(row[1:50], range(49), strict=False), reverse=True)
+    fast, builtin = both(row[:50], range(1, 51))
+    assert fast == builtin
+    with_nan = row[:50].copy()
+    with_nan[3] = np.nan
+    fast, builtin = both(with_nan, range(50))
+    assert [i for _, i in fast] == [i for _, i in builtin]  # NaN is not equal to itself
+    assert sorted_like_builtin([3, 1, 2]) == [1, 2, 3]
+    assert sorted_like_builtin(["bb", "a"], key=len, reverse=True) == ["bb", "a"]

@@ -8,13 +8,13 @@ distinct record repeated with its own id and extra keys; identical records share
 the content-keyed store, so duplicates are exercised too). 24 distinct records disagree and
 need the six likelihoods; the rest settle without scoring (the candidates agree, one is
 blank, or there is no passage), which keeps the run inside CI's time on 2 cores. One
-uninterrupted run is the reference. Then 20 runs are killed, half with SIGKILL and half with
-SIGINT, at seeded random moments: during start-up (before or while the model loads), at a
-random time while decisions are computed, right as a store record is appended, and while the
-output is being written. After every kill the output must be absent or complete (atomic
-rename), and every store record must equal the reference's. A final run then finishes the
-job: its output must equal the uninterrupted one (decisions compared without ``timings``),
-with no line lost or duplicated and the ids in input order.
+uninterrupted run is the reference. Then 8 runs are killed at seeded random moments, in each
+of four phases once with SIGKILL and once with SIGINT: during start-up (before or while the
+model loads), at a random time while decisions are computed, right as a store record is
+appended, and while the output is being written. After every kill the output must be absent
+or complete (atomic rename), and every store record must equal the reference's. A final run
+then finishes the job: its output must equal the uninterrupted one (decisions compared
+without ``timings``), with no line lost or duplicated and the ids in input order.
 
 ``--batch-size 1``: on CPU, batching changes the low bits of the likelihoods (left padding;
 about 1e-6 measured), so only batch-invariant computation can be compared exactly with an
@@ -45,7 +45,7 @@ SEED = 20_240_611
 N_LINES = 2_500
 N_SCORED = 24  # distinct records that need the six likelihoods
 N_CHEAP = 176  # distinct records settled without scoring
-KILLS = {"startup": 5, "compute": 8, "append": 3, "write": 4}  # 20 kills in all
+SIGNALS = (signal.SIGKILL, signal.SIGINT)  # each phase is killed once by each, seeded order
 BATCH = "1"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
 MOST_RECORDS = 12  # a compute kill fires by 4 to this many new records at the latest
@@ -121,11 +121,18 @@ def _write_input(path: Path) -> list[str | None]:
     return expected
 
 
+def _default_sigint() -> None:
+    # A shell without job control starts background jobs with SIGINT ignored, and a child
+    # inherits that: run so, SIGINT kills did nothing (exit 0). The run must feel SIGINT.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _score(src: Path, out: Path, log: Path) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "trustmargin_integrations", "score", "-i", str(src),
            "-o", str(out), "--batch-size", BATCH]
     with log.open("ab") as sink:
-        return subprocess.Popen(cmd, env=ENV, stdout=sink, stderr=subprocess.STDOUT)
+        return subprocess.Popen(cmd, env=ENV, stdout=sink, stderr=subprocess.STDOUT,
+                                preexec_fn=_default_sigint)
 
 
 def _size(path: Path) -> int:
@@ -256,7 +263,7 @@ def _check_invariants(ref: Reference, out: Path, cache: Path, kill: Kill) -> Non
     kill.stored_after = len(store)
 
 
-def test_score_killed_20_times_resumes_to_the_uninterrupted_output(
+def test_score_killed_in_every_phase_by_both_signals_resumes_to_the_uninterrupted_output(
     reference: Reference, tmp_path: Path
 ) -> None:
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
@@ -265,16 +272,17 @@ def test_score_killed_20_times_resumes_to_the_uninterrupted_output(
     log = tmp_path / "log.txt"
     rng = random.Random(SEED)
     # Kills that need work left (compute, append, start-up) come first; a compute kill lets
-    # its run append at most MOST_RECORDS records, so at most 8 * 12 + 3 + 5 of the 200 are
+    # its run append at most MOST_RECORDS records, so at most 2 * 12 + 2 + 2 of the 200 are
     # stored before the write kills and every earlier kill finds a run with work left,
     # however fast or loaded the machine (a start-up kill lets it append at most one). The
     # output is written only once everything is computed, so the write kills come last.
-    kinds = [k for k in ("compute", "append") for _ in range(KILLS[k])]
-    rng.shuffle(kinds)
-    kinds += ["startup"] * KILLS["startup"] + ["write"] * KILLS["write"]
-    sigs = [signal.SIGKILL, signal.SIGINT] * (len(kinds) // 2)
-    rng.shuffle(sigs)
-    kills = [Kill(kind, sig) for kind, sig in zip(kinds, sigs, strict=True)]
+    def both_signals(kind: str) -> list[Kill]:
+        return [Kill(kind, sig) for sig in rng.sample(SIGNALS, len(SIGNALS))]
+
+    kills = both_signals("compute") + both_signals("append")
+    rng.shuffle(kills)
+    kills += both_signals("startup") + both_signals("write")
+    kinds = [kill.kind for kill in kills]
     compute_s = reference.total_s - reference.first_store_s
     for number, kill in enumerate(kills):
         kill.stored_before = len(ResultStore(cache)) if cache.exists() else 0
@@ -307,8 +315,10 @@ def test_score_killed_20_times_resumes_to_the_uninterrupted_output(
                 k.saw_temp) for k in kills]
     interrupted = [k for k in kills if k.interrupted]
     print("kills:", *summary, sep="\n  ")
-    # The kills really interrupted runs, in every phase, with both signals.
-    assert len(interrupted) >= 16, summary
+    # The kills really interrupted runs, in every phase, with both signals (on a busy machine
+    # a run may finish before its kill lands: two of the eight may miss, as four of the
+    # former twenty could).
+    assert len(interrupted) >= len(kills) - 2, summary
     assert {k.sig for k in interrupted} == {signal.SIGKILL, signal.SIGINT}, summary
     assert any(k.kind == "startup" and k.stored_after == k.stored_before < reference.distinct
                for k in interrupted), summary  # before any decision of that run

@@ -72,7 +72,11 @@ def test_chunks_are_fixed_slices_of_the_whole_run(tmp_path: Path) -> None:
         assert {k: resumed.get(k) for k in resumed} == {k: whole.get(k) for k in whole}
 
 
-def _write_input(path: Path, n: int = 21) -> None:
+N_QUESTIONS = 11  # two chunks at batch 8, four at batch 3
+CRASH_AFTER = 7  # store appends before the crash: mid-chunk at batch 8 (7 of 8) and 3 (1 of 3)
+
+
+def _write_input(path: Path, n: int = N_QUESTIONS) -> None:
     lines = []
     for i in range(n):
         place, builder = PLACES[i % len(PLACES)], PEOPLE[i % len(PEOPLE)]
@@ -123,12 +127,13 @@ def test_killed_and_resumed_score_equals_the_uninterrupted_run(tmp_path: Path,
     reference = tmp_path / "reference.jsonl"
     _run(src, reference, batch)
 
-    # A crash right after the 10th store append (mid-chunk at batch 8 and at 3): the store
+    # A crash right after the 7th store append (mid-chunk at batch 8 and at 3): the store
     # holds what the uninterrupted run appended first, and the output does not exist yet.
-    # Before, the 11 records left were re-batched on their own and their numbers moved.
+    # Before, the 4 records left were re-batched on their own and their numbers moved.
     out = tmp_path / "out.jsonl"
     stored = reference.with_name(reference.name + ".cache").read_bytes().splitlines(True)
-    out.with_name(out.name + ".cache").write_bytes(b"".join(stored[:10]))
+    assert len(stored) == N_QUESTIONS
+    out.with_name(out.name + ".cache").write_bytes(b"".join(stored[:CRASH_AFTER]))
     _run(src, out, batch)
     assert _decisions(out) == _decisions(reference)
 
@@ -141,6 +146,6 @@ def test_killed_and_resumed_score_equals_the_uninterrupted_run(tmp_path: Path,
         time.sleep(0.005)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
-    assert not killed.exists() or _records(cache) == 21
+    assert not killed.exists() or _records(cache) == N_QUESTIONS
     _run(src, killed, batch)
     assert _decisions(killed) == _decisions(reference)

@@ -26,6 +26,8 @@ from llama_cpp_server import LlamaCppServer
 
 from trustmargin_integrations.model_store import REGISTRY
 
+pytestmark = [pytest.mark.slow, pytest.mark.server]
+
 ROOT = Path(__file__).resolve().parents[1]
 FLOW = ROOT / "tests" / "torch_free_flow.py"
 PYTHON_ENV = "TRUSTMARGIN_TORCH_FREE_PYTHON"
@@ -35,7 +37,6 @@ PYTHON_ENV = "TRUSTMARGIN_TORCH_FREE_PYTHON"
 BLOCKER = """
 import importlib.abc, runpy, sys
 
-pytestmark = [pytest.mark.slow, pytest.mark.server]
 class NoTorch(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in ("torch", "transformers"):
@@ -50,7 +51,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 @pytest.fixture(scope="module")
 def llama_server() -> Iterator[LlamaCppServer]:
     with LlamaCppServer(REGISTRY["smollm2-135m"].locate(), alias="smollm2-135m", n_ctx=512,
-                        n_threads=2) as server:
+                        n_threads=1, numpy_sort=True) as server:
         yield server
 
 
