@@ -30,7 +30,7 @@ from trustmargin_integrations.evaluation.bootstrap import Bootstrap, paired_boot
 from trustmargin_integrations.evaluation.datasets import EvalExample
 from trustmargin_integrations.evaluation.metrics import contains_gold, token_f1
 from trustmargin_integrations.prompts import join_passages
-from trustmargin_integrations.rule.replay import replay
+from trustmargin_integrations.rule.replay import kept_rag
 from trustmargin_integrations.schema import Decision
 from trustmargin_integrations.store import ResultStore, cache_key
 
@@ -60,8 +60,7 @@ class LongFormRecord:
         if method == "rag":
             return self.rag_text
         if method.startswith("tm:"):
-            chose_rag = replay(self.decisions[method[3:]]) == "rag"
-            return self.rag_text if chose_rag else self.direct_text
+            return self.rag_text if kept_rag(self.decisions[method[3:]]) else self.direct_text
         return max((self.direct_text, self.rag_text),
                    key=lambda t: (contains_gold(t, self.example.answers),
                                   token_f1(t, self.example.answers)))
@@ -188,7 +187,7 @@ def longform_table(records: Sequence[LongFormRecord], title: str) -> list[str]:
         diffs.append(f"| {label} | " + " | ".join(
             f"{d.mean:+.2f} {d.ci()}" for d in boot.differences.values()) + " |")
         note = boot.note()
-    kept = ", ".join(f"{f} {sum(replay(r.decisions[f]) == 'rag' for r in records)}"
+    kept = ", ".join(f"{f} {sum(kept_rag(r.decisions[f]) for r in records)}"
                      for f in forms)
     agree = ", ".join(f"{f} {sum(r.decisions[f].source == 'agree' for r in records)}"
                       for f in forms)
