@@ -181,3 +181,43 @@ def test_eager_attention_uses_an_additive_mask_and_still_agrees(
         _assert_matches_reference(tm, backend, _cwq(3))
     finally:
         config._attn_implementation = before
+
+
+FRAMES = ["", "Hello! ", "Gerne! Die Antwort lautet: "]
+
+
+@pytest.mark.slow
+def test_framed_copies_of_questions_branch_off_shared_prompts(backend: HFBackend) -> None:
+    """Given chat texts under several framings (the framing suite, a chain's answers): the
+    framed copies of one view branch off one prefilled prompt, the stems are spread over the
+    rows of a pass, and every likelihood equals the plain forward pass."""
+    from trustmargin_integrations.backends.hf import tree
+
+    tm = TrustMargin(backend, TrustMarginConfig(max_context_tokens=96))
+    prepared = [tm.prepare(x) for x in _cwq(3)]
+    requests = [ContinuationRequest(getattr(p.views, view) + frame, answer)
+                for p in prepared for view in VIEWS for frame in FRAMES
+                for answer in (" Paris", " Lyon")]
+    encoded = {r.prompt: backend.encode_prompt(r.prompt) for r in requests}
+    by_prompt: dict[str, list[tuple[int, tuple[int, ...]]]] = {}
+    for n, r in enumerate(requests):
+        by_prompt.setdefault(r.prompt, []).append((n, tuple(backend.encode_answer(r.continuation))))
+    caches: list[tree.CachedPrompts] = []
+    plan = tree._plan(backend, by_prompt, encoded, caches)
+    computed = sum(len(c.prompts) * c.batch.width for c in caches)
+    for rows in plan.values():
+        spans = [sum(stem.length for stem, _ in stems) for stems in rows.values()]
+        # No row carries the others' stems (a pass costs its rows x its longest row): piling
+        # every short prompt's stem on the first row made one row 6x the median here.
+        assert max(spans) <= 2 * sorted(spans)[len(spans) // 2] + 16, spans
+        computed += len(spans) * max(spans)
+    # Each prompt on its own would feed every token of every prompt; sharing the prefixes the
+    # framed copies have in common computes under 40% of that here (64% before the
+    # prefills and the balance, 31% with them).
+    assert computed <= 0.4 * sum(len(ids) for ids in encoded.values())
+    with backend.session() as session:
+        fast = session.score(requests)
+    plain = backend.score_continuations(requests)
+    for f, p in zip(fast, plain, strict=True):
+        assert f.num_tokens == p.num_tokens
+        assert f.mean == pytest.approx(p.mean, abs=TOL)

@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 # shared: the context-only and question-only views (tens of tokens) qualify; a prompt with
 # its own long passage context gets a prefill of its own.
 _MAX_STEM_TAIL = 128
+# A prompt is prefilled as a branch point only when its sharers would feed at least this many
+# fewer tokens in all (below it, one more batch row is not worth its padding).
+_MIN_SHARED_PREFIX = 16
 
 
 @dataclass(frozen=True)
@@ -130,14 +133,54 @@ def _plan(
     for p in uncovered:
         branches[p] = _best_branch(encoded[p], caches, limit=None)
     plan: dict[int, dict[int, list[tuple[Stem, list[int]]]]] = {}
-    for prompt, targets in by_prompt.items():
+    load: dict[tuple[int, int], int] = {}
+    # Longest stems first, each on the least-loaded row that serves it (see _balanced_row).
+    chosen = {p: branch for p, branch in branches.items() if branch is not None}
+    assert len(chosen) == len(branches)  # every prompt is covered after the prefills
+    for prompt in sorted(by_prompt, key=lambda p: _stem_cost(encoded[p], chosen[p],
+                                                             by_prompt[p]), reverse=True):
+        targets = by_prompt[prompt]
         ids = encoded[prompt]
-        branch = branches[prompt]
-        assert branch is not None  # every prompt is covered after the prefills
-        c, row, visible = branch
+        branch = chosen[prompt]
+        c, row, visible = _balanced_row(ids, branch, caches[branch[0]], load, targets)
         stem = Stem(visible, tuple(ids[visible:]), tuple(t for _, t in targets))
+        load[c, row] = load.get((c, row), 0) + stem.length
         plan.setdefault(c, {}).setdefault(row, []).append((stem, [n for n, _ in targets]))
     return plan
+
+
+def _stem_cost(ids: list[int], branch: tuple[int, int, int],
+               targets: list[tuple[int, tuple[int, ...]]]) -> int:
+    """Tokens a prompt's stem packs on its best branch: its tail and its answers."""
+    return len(ids) - branch[2] + sum(len(t) for _, t in targets)
+
+
+def _balanced_row(
+    ids: list[int], branch: tuple[int, int, int], cached: CachedPrompts,
+    load: dict[tuple[int, int], int], targets: list[tuple[int, tuple[int, ...]]],
+) -> tuple[int, int, int]:
+    """The row of the branch's cache where this stem leaves the shortest packed row.
+
+    Every row of one pass is padded to its longest packed row, so the pass costs rows x the
+    longest row. A prompt that shares only a chat template's header with every cached prompt
+    (a question-only view beside passage contexts) sees that header equally from any row;
+    putting all such stems on the first best row made one row as long as all of them
+    together and the pass that many times longer. Any row whose tail stays within the stem
+    limit gives the same likelihoods (the stem sees the same tokens); the cost counted is
+    the row's packed tokens after this stem.
+    """
+    c, best_row, best_visible = branch
+    answers = sum(len(t) for _, t in targets)
+    choice = (load.get((c, best_row), 0) + len(ids) - best_visible + answers, best_row,
+              best_visible)
+    for row, prompt in enumerate(cached.prompts):
+        visible = _visible(ids, prompt)
+        if len(ids) - visible > max(_MAX_STEM_TAIL, len(ids) - best_visible):
+            continue
+        cost = load.get((c, row), 0) + len(ids) - visible + answers
+        if (cost, -visible) < (choice[0], -choice[2]):
+            choice = (cost, row, visible)
+    return c, choice[1], choice[2]
 
 
 def _visible(ids: list[int], cached: list[int]) -> int:
@@ -165,13 +208,27 @@ def _best_branch(
 
 
 def _prefill_choice(prompts: list[str], encoded: dict[str, list[int]]) -> list[str]:
-    """The fewest prompts to prefill so every prompt is covered (longest first, greedy)."""
+    """The prompts to prefill so every prompt is covered (longest first, greedy).
+
+    A prompt is prefilled when no chosen prompt leaves it a short tail, and also when it is
+    a branch point worth its prefill: several prompts that share a prefix longer than
+    anything already chosen (one question's question-only view under several framings of
+    its answers) would otherwise each feed that prefix again as a stem. Prefilling a prompt
+    recomputes the part it could have seen of the chosen ones, so it is chosen for sharing
+    only when the tokens its sharers stop feeding outweigh that.
+    """
+    ordered = sorted(prompts, key=lambda p: -len(encoded[p]))
     chosen: list[str] = []
-    for prompt in sorted(prompts, key=lambda p: -len(encoded[p])):
+    seen = {p: 0 for p in ordered}  # tokens each prompt sees of the chosen ones so far
+    for prompt in ordered:
         ids = encoded[prompt]
-        visible = max((_visible(ids, encoded[c]) for c in chosen), default=0)
-        if not chosen or len(ids) - visible > _MAX_STEM_TAIL:
+        saved = sum(max(0, _visible(encoded[q], ids) - seen[q]) for q in ordered
+                    if q != prompt and q not in chosen)
+        if (not chosen or len(ids) - seen[prompt] > _MAX_STEM_TAIL
+                or saved >= max(_MIN_SHARED_PREFIX, seen[prompt])):
             chosen.append(prompt)
+            for q in ordered:
+                seen[q] = max(seen[q], _visible(encoded[q], ids))
     return chosen
 
 
