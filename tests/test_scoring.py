@@ -199,9 +199,7 @@ def test_framed_copies_of_questions_branch_off_shared_prompts(backend: HFBackend
                 for p in prepared for view in VIEWS for frame in FRAMES
                 for answer in (" Paris", " Lyon")]
     encoded = {r.prompt: backend.encode_prompt(r.prompt) for r in requests}
-    by_prompt: dict[str, list[tuple[int, tuple[int, ...]]]] = {}
-    for n, r in enumerate(requests):
-        by_prompt.setdefault(r.prompt, []).append((n, tuple(backend.encode_answer(r.continuation))))
+    by_prompt = tree.requests_by_prompt(backend, requests)
     caches: list[tree.CachedPrompts] = []
     plan = tree._plan(backend, by_prompt, encoded, caches)
     computed = sum(len(c.prompts) * c.batch.width for c in caches)

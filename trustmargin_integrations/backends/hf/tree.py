@@ -92,14 +92,11 @@ def score_requests(
     instead. Each cache is consumed by its one scoring pass. ``known`` maps prompts generation
     already tokenized to their ids (a 2k-token prompt is not tokenized twice).
     """
-    results: list[ContinuationScore | None] = [None] * len(requests)
-    by_prompt: dict[str, list[tuple[int, tuple[int, ...]]]] = {}
-    for n, req in enumerate(requests):
-        answer = tuple(backend.encode_answer(req.continuation))
-        if not answer:
-            results[n] = ContinuationScore(0.0, 0)
-            continue
-        by_prompt.setdefault(req.prompt, []).append((n, answer))
+    by_prompt = requests_by_prompt(backend, requests)
+    grouped = {n for targets in by_prompt.values() for n, _ in targets}
+    # An empty answer has nothing to score.
+    results: list[ContinuationScore | None] = [
+        None if n in grouped else ContinuationScore(0.0, 0) for n in range(len(requests))]
     if by_prompt:
         known = known or {}
         encoded = {prompt: known[prompt] if prompt in known else backend.encode_prompt(prompt)
@@ -115,6 +112,19 @@ def score_requests(
                     results[n] = score
             caches[c].consumed = True
     return [r for r in results if r is not None]
+
+
+def requests_by_prompt(
+    backend: HFBackend, requests: Sequence[ContinuationRequest]
+) -> dict[str, list[tuple[int, tuple[int, ...]]]]:
+    """Each prompt's (request index, answer ids) pairs; requests with an empty answer are
+    left out (nothing to score)."""
+    by_prompt: dict[str, list[tuple[int, tuple[int, ...]]]] = {}
+    for n, req in enumerate(requests):
+        answer = tuple(backend.encode_answer(req.continuation))
+        if answer:
+            by_prompt.setdefault(req.prompt, []).append((n, answer))
+    return by_prompt
 
 
 def _plan(
@@ -137,7 +147,7 @@ def _plan(
     # Longest stems first, each on the least-loaded row that serves it (see _balanced_row).
     chosen = {p: branch for p, branch in branches.items() if branch is not None}
     assert len(chosen) == len(branches)  # every prompt is covered after the prefills
-    for prompt in sorted(by_prompt, key=lambda p: _stem_cost(encoded[p], chosen[p],
+    for prompt in sorted(by_prompt, key=lambda p: _stem_cost(encoded[p], chosen[p][2],
                                                              by_prompt[p]), reverse=True):
         targets = by_prompt[prompt]
         ids = encoded[prompt]
@@ -149,10 +159,10 @@ def _plan(
     return plan
 
 
-def _stem_cost(ids: list[int], branch: tuple[int, int, int],
-               targets: list[tuple[int, tuple[int, ...]]]) -> int:
-    """Tokens a prompt's stem packs on its best branch: its tail and its answers."""
-    return len(ids) - branch[2] + sum(len(t) for _, t in targets)
+def _stem_cost(ids: list[int], visible: int, targets: list[tuple[int, tuple[int, ...]]]) -> int:
+    """Tokens a prompt's stem packs when it sees ``visible`` cached tokens: its tail and its
+    answers."""
+    return len(ids) - visible + sum(len(t) for _, t in targets)
 
 
 def _balanced_row(
@@ -170,14 +180,13 @@ def _balanced_row(
     the row's packed tokens after this stem.
     """
     c, best_row, best_visible = branch
-    answers = sum(len(t) for _, t in targets)
-    choice = (load.get((c, best_row), 0) + len(ids) - best_visible + answers, best_row,
+    choice = (load.get((c, best_row), 0) + _stem_cost(ids, best_visible, targets), best_row,
               best_visible)
     for row, prompt in enumerate(cached.prompts):
         visible = _visible(ids, prompt)
         if len(ids) - visible > max(_MAX_STEM_TAIL, len(ids) - best_visible):
             continue
-        cost = load.get((c, row), 0) + len(ids) - visible + answers
+        cost = load.get((c, row), 0) + _stem_cost(ids, visible, targets)
         if (cost, -visible) < (choice[0], -choice[2]):
             choice = (cost, row, visible)
     return c, choice[1], choice[2]
@@ -218,18 +227,18 @@ def _prefill_choice(prompts: list[str], encoded: dict[str, list[int]]) -> list[s
     only when the tokens its sharers stop feeding outweigh that.
     """
     ordered = sorted(prompts, key=lambda p: -len(encoded[p]))
-    chosen: list[str] = []
+    chosen: dict[str, None] = {}  # ordered and a set: the loop asks membership per pair
     seen = {p: 0 for p in ordered}  # tokens each prompt sees of the chosen ones so far
     for prompt in ordered:
         ids = encoded[prompt]
-        saved = sum(max(0, _visible(encoded[q], ids) - seen[q]) for q in ordered
-                    if q != prompt and q not in chosen)
+        shares = {q: _visible(encoded[q], ids) for q in ordered if q != prompt}
+        saved = sum(max(0, shared - seen[q]) for q, shared in shares.items() if q not in chosen)
         if (not chosen or len(ids) - seen[prompt] > _MAX_STEM_TAIL
                 or saved >= max(_MIN_SHARED_PREFIX, seen[prompt])):
-            chosen.append(prompt)
-            for q in ordered:
-                seen[q] = max(seen[q], _visible(encoded[q], ids))
-    return chosen
+            chosen[prompt] = None
+            for q, shared in shares.items():
+                seen[q] = max(seen[q], shared)
+    return list(chosen)
 
 
 def _length_buckets(prompts: list[str]) -> list[list[str]]:
