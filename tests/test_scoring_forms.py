@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from trustmargin_integrations import TrustMargin, TrustMarginConfig
-from trustmargin_integrations.arbiter.comparisons import stated_in
+from trustmargin_integrations.arbiter.candidates import Candidate
+from trustmargin_integrations.arbiter.comparisons import by_extraction, stated_in
 from trustmargin_integrations.backends.hf import HFBackend
 from trustmargin_integrations.prompts import EXTRACT_TEMPLATE
 
@@ -80,6 +81,47 @@ def test_extract_asks_once_per_chunk_and_never_invents_agreement(backend: HFBack
         else:
             assert "extraction not stated in its text; compared by difference" in d.warnings
         assert d.timings.comparing_s > 0
+
+
+LIRA = "What Mediterranean country uses the Turkish lira as its currency?"
+LIRA_TEXTS = ("Turkey uses the Turkish lira as its currency.",
+              "Cyprus uses the Turkish lira as its currency.")
+
+
+def _given(question: str, texts: tuple[str, str], stated: tuple[str, str]
+           ) -> tuple[Candidate, Candidate, dict[tuple[str, str], str]]:
+    direct, rag = (Candidate(t, None, generated=False) for t in texts)
+    return direct, rag, {(question, t): s for t, s in zip(texts, stated, strict=True)}
+
+
+def test_equal_extractions_that_repeat_the_question_are_not_agreement() -> None:
+    # The extractions are Qwen2.5-Coder-1.5B's on these CWQ chat answers (measured in the
+    # long-form benchmark): both texts read as the question's own "Turkish lira".
+    compared = by_extraction(LIRA, *_given(LIRA, LIRA_TEXTS, ("Turkish lira", "Turkish lira")))
+    assert not compared.agree and compared.form == "differential"
+    assert (compared.direct_text, compared.rag_text) == ("Turkey", "Cyprus")
+    # An answer among the question's options is still read and scored as extracted ...
+    options = "Who was born earlier, Silas Hardy or Lee Mantle?"
+    compared = by_extraction(options, *_given(
+        options, ("Silas Hardy was born earlier.", "Lee Mantle was born first."),
+        ("Silas Hardy", "Lee Mantle")))
+    assert compared.form == "extract" and not compared.agree
+    assert (compared.direct_text, compared.rag_text) == ("Silas Hardy", "Lee Mantle")
+    # ... and equal extractions the question does not state are agreement.
+    brazil = "What country borders Bolivia and contains Goiás?"
+    compared = by_extraction(brazil, *_given(
+        brazil, ("Brazil borders Bolivia and contains Goiás.",
+                 "The country that borders Bolivia and contains Goiás is Brazil."),
+        ("Brazil", "Brazil")))
+    assert compared.form == "extract" and compared.agree
+
+
+def test_extract_never_settles_the_lira_pair_as_agreement(tm: TrustMargin) -> None:
+    extract = TrustMargin(tm.backend, TrustMarginConfig(scoring_form="extract"))
+    d = extract.arbitrate(LIRA, ["Turkey uses the Turkish lira.", "Northern Cyprus uses it too."],
+                          direct_answer=LIRA_TEXTS[0], rag_answer=LIRA_TEXTS[1])
+    assert d.source != "agree" and d.m is not None
+    assert (d.direct_raw or d.direct_answer, d.rag_raw or d.rag_answer) == LIRA_TEXTS
 
 
 def test_generated_candidates_are_never_extracted(backend: HFBackend) -> None:

@@ -86,7 +86,8 @@ class TrustMarginConfig(BaseModel):
         "word by word and the first place where they say different things is scored, "
         "conditioned on the text before it; they agree only when no word differs), 'extract' "
         "(the model states the short answer each text gives, checked to occur in it, and the "
-        "paper's margins score those) or 'sentence' (legacy: the first answering sentence "
+        "paper's margins score those; equal extractions that only repeat the question are "
+        "compared by difference) or 'sentence' (legacy: the first answering sentence "
         "after known English lead-ins). Generated candidates are always scored the paper's "
         "way. See trustmargin_integrations.comparison.")
     return_text: Literal["given", "scored"] = Field(

@@ -110,7 +110,7 @@ def compare_chunk(session: ModelSession, render: Callable[[str], str],
                 # Cut by candidates.py already; see cut_to_sentence for why.
                 row.append(whole("sentence", d.answer, o.answer))
             elif config.scoring_form == "extract":
-                row.append(_by_extraction(chunk[i], d, o, stated))
+                row.append(by_extraction(chunk[i].input.question, d, o, stated))
             else:
                 row.append(by_difference(d.answer, o.answer))
         out.append(row)
@@ -139,14 +139,24 @@ def _extractions(session: ModelSession, render: Callable[[str], str],
     return {key: clean_answer(t) for key, t in zip(wanted, texts, strict=True)}
 
 
-def _by_extraction(prepared: PreparedQuestion, d: Candidate, o: Candidate,
-                   stated: dict[tuple[str, str], str]) -> Compared:
-    """The paper's scoring of both texts' stated short answers; a text whose extraction does
-    not occur in it (the model did not read it, it invented) is compared by difference."""
-    question = prepared.input.question
+def by_extraction(question: str, d: Candidate, o: Candidate,
+                  stated: dict[tuple[str, str], str]) -> Compared:
+    """The paper's scoring of both texts' stated short answers (``stated``: keyed by
+    (question, text)). A text whose extraction does not occur in it (the model did not read
+    it, it invented) is compared by difference, and so is a pair whose equal extractions only
+    repeat the question: agreement must come from what the texts say."""
     short = [c.answer if c.generated else stated.get((question, c.answer), "")
              for c in (d, o)]
     if not all(stated_in(s, c.answer) for s, c in zip(short, (d, o), strict=True)):
         return replace(by_difference(d.answer, o.answer),
                        note="extraction not stated in its text; compared by difference")
-    return whole("extract", short[0], short[1])
+    compared = whole("extract", short[0], short[1])
+    if compared.agree and stated_in(short[0], question):
+        # Measured on Qwen2.5-1.5B's CWQ chat answers: "Turkey uses the Turkish lira" and
+        # "Cyprus uses the Turkish lira" were both read as "Turkish lira", the question's own
+        # words. Equal extractions that the question already states are no evidence that the
+        # texts agree (an answer among the question's options, "X or Y?", is still scored,
+        # only not settled as agreement).
+        return replace(by_difference(d.answer, o.answer),
+                       note="both extractions repeat the question; compared by difference")
+    return compared
