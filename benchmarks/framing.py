@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[FramingRow]]:
     for form in args.form or FORMS:
         arbiter = TrustMargin(tm.backend, tm.config.model_copy(update={"scoring_form": form}))
         start = time.perf_counter()
-        _, results[form] = invariance(arbiter, pairs)
+        _, results[form] = invariance(arbiter, pairs, progress=True)
         seconds[form] = (time.perf_counter() - start) / (len(pairs) * (1 + len(results[form])))
     lines = [f"Framing invariance, {tm.backend.model_id}: {len(pairs)} strict disagreements "
              f"among {len(questions)} questions (PRAG BM25 top-3 passages).", "",

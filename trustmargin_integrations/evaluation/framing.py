@@ -77,28 +77,31 @@ class FramingRow:
 
 
 def arbitrate_pairs(tm: TrustMargin, pairs: Sequence[Disagreement],
-                    framings: Sequence[Framing | None] = (None,)) -> list[list[Decision]]:
+                    framings: Sequence[Framing | None] = (None,), *, progress: bool = False
+                    ) -> list[list[Decision]]:
     """Every pair arbitrated as given texts under each framing (None: bare), one list of
-    decisions per framing. All in one batch: the copies of one question share its prompts,
-    so the scorer prefills each passage context once for all its framings."""
+    decisions per framing (``progress``: a bar over the framed texts). All in one batch: the
+    copies of one question share its prompts, so the scorer prefills each passage context
+    once for all its framings."""
     items = [{"question": p.question, "passages": list(p.passages),
               "direct_answer": frame(p.direct) if frame else p.direct,
               "rag_answer": frame(p.rag) if frame else p.rag}
              for frame in framings for p in pairs]
-    flat = tm.arbitrate_batch(items)
+    flat = tm.arbitrate_batch(items, progress=progress)
     return [flat[k * len(pairs):(k + 1) * len(pairs)] for k in range(len(framings))]
 
 
 def invariance(tm: TrustMargin, pairs: Sequence[Disagreement],
-               framings: dict[str, Framing] | None = None) -> tuple[list[Decision],
-                                                                     list[FramingRow]]:
-    """The bare decisions and, per framing, how many framed decisions keep the bare side.
+               framings: dict[str, Framing] | None = None, *, progress: bool = False
+               ) -> tuple[list[Decision], list[FramingRow]]:
+    """The bare decisions and, per framing, how many framed decisions keep the bare side
+    (``progress``: a bar over every framed arbitration).
 
     A bare pair that is itself settled (its texts agree or are blank) or a near-tie
     (``|M - tau| < NEAR_TIE``) is not compared; every framed ``agree`` is counted.
     """
     chosen = framings or FRAMINGS
-    bare, *framed = arbitrate_pairs(tm, pairs, [None, *chosen.values()])
+    bare, *framed = arbitrate_pairs(tm, pairs, [None, *chosen.values()], progress=progress)
     rows = []
     for name, decisions in zip(chosen, framed, strict=True):
         row = FramingRow(name)
