@@ -368,10 +368,10 @@ def given_candidates(backend: HFBackend, context: int, items: list[dict], batch:
                      limit: int) -> tuple[list[Decision], list[dict]]:
     """Decisions with both candidates given (scoring prefills the prompts itself)."""
     chosen = items[:limit]
-    # Short answers given back: scored whole, the paper's way (the legacy "sentence" form
-    # leaves a short answer as it is), so the plain reference scores the same texts.
+    # Short answers given back: scored whole, the paper's way (the "paper" form), so the
+    # plain reference scores the same texts.
     tm = TrustMargin(backend, TrustMarginConfig(batch_size=batch, max_context_tokens=context,
-                                                scoring_form="sentence"))
+                                                scoring_form="paper"))
     inputs = [as_input(item, direct_answer=item["answer"] or "unknown",
                        rag_answer="none of the passages") for item in chosen]
     return tm.arbitrate_batch(inputs), chosen

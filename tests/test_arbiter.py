@@ -195,16 +195,16 @@ def test_no_evidence_answers_closed_book(tm: TrustMargin) -> None:
     assert not d.rag_generated and d.rag_answer == "" and d.passages == []
 
 
-def test_given_candidates_under_the_legacy_sentence_form_are_cut_and_reported(
+def test_given_candidates_under_the_paper_form_are_cut_and_reported(
         tm: TrustMargin) -> None:
-    legacy = TrustMargin(tm.backend, TrustMarginConfig(scoring_form="sentence"))
-    raw = legacy.arbitrate("Who designed the Zelvora Bridge?", PASSAGES,
+    short = TrustMargin(tm.backend, TrustMarginConfig(scoring_form="paper"))
+    raw = short.arbitrate("Who designed the Zelvora Bridge?", PASSAGES,
                            direct_answer="Gustave Eiffel\nand more text",
                            rag_answer="Answer: Marta Okonkwo.")
-    clean = legacy.arbitrate("Who designed the Zelvora Bridge?", PASSAGES,
+    clean = short.arbitrate("Who designed the Zelvora Bridge?", PASSAGES,
                              direct_answer="Gustave Eiffel", rag_answer="Marta Okonkwo")
     assert (raw.direct_answer, raw.rag_answer) == ("Gustave Eiffel", "Marta Okonkwo")
-    assert raw.scoring_form == "sentence"
+    assert raw.scoring_form == "paper"
     assert raw.m == pytest.approx(clean.m, abs=1e-9)
     assert raw.direct_raw == "Gustave Eiffel\nand more text" and clean.direct_raw is None
     assert sum("scored on its short form" in w for w in raw.warnings) == 2
@@ -278,10 +278,10 @@ def test_answer_runs_the_whole_pipeline_over_a_retriever(tm: TrustMargin) -> Non
     d = tm.answer("Who designed the Zelvora Bridge?", index, k=1)
     assert d.direct_generated and d.rag_generated and d.passages_used == 1
     assert d.passages[0].id == "p0" and d.passages[0].score is not None
-    # Given back as texts, the two short answers are scored whole under the legacy cut (the
+    # Given back as texts, the two short answers are scored whole under the paper form (the
     # paper's scoring of a short answer); the default compares where they differ.
-    legacy = TrustMargin(tm.backend, TrustMarginConfig(scoring_form="sentence"))
-    same = legacy.arbitrate("Who designed the Zelvora Bridge?", index.search(
+    short = TrustMargin(tm.backend, TrustMarginConfig(scoring_form="paper"))
+    same = short.arbitrate("Who designed the Zelvora Bridge?", index.search(
         "Who designed the Zelvora Bridge?", 1), d.direct_answer, d.rag_answer)
     assert same.m == pytest.approx(d.m, abs=1e-5)
     nothing = tm.answer("Qwxyz vbnm?", index, k=2)
@@ -314,12 +314,12 @@ def test_window_errors_use_the_callers_field_names(tm: TrustMargin) -> None:
 
 
 def test_rearbitrating_a_prepared_question_records_its_warnings_once(tm: TrustMargin) -> None:
-    legacy = TrustMargin(tm.backend, TrustMarginConfig(scoring_form="sentence"))
-    prepared = legacy.prepare({"question": QUESTION, "passages": [PASSAGE],
+    short = TrustMargin(tm.backend, TrustMarginConfig(scoring_form="paper"))
+    prepared = short.prepare({"question": QUESTION, "passages": [PASSAGE],
                                "direct_answer": "Sure! Gustave Eiffel.\n\nMore.",
                                "rag_answer": "Marta Okonkwo"})
-    first = legacy.arbitrate_batch([prepared])[0]
-    again = legacy.arbitrate_batch([prepared])[0]
+    first = short.arbitrate_batch([prepared])[0]
+    again = short.arbitrate_batch([prepared])[0]
     assert any("direct_answer: scored on its short form" in w for w in first.warnings)
     assert again.warnings == first.warnings
     assert (again.m, again.answer) == (first.m, first.answer)

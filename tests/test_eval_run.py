@@ -146,7 +146,7 @@ def test_replayed_grid_cell_equals_recomputing_it(
     lam, tau = 1.0, -0.5
     # The run's short answers given back are scored whole, as the run scored them.
     other = TrustMargin(tm.backend, TrustMarginConfig(lambda_bind=lam, tau=tau,
-                                                      scoring_form="sentence"))
+                                                      scoring_form="paper"))
     recomputed = other.arbitrate_batch([
         {"question": r.example.question, "passages": list(r.passages),
          "direct_answer": r.decision.direct_answer, "rag_answer": r.decision.rag_answer}

@@ -12,13 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trustmargin_integrations import TrustMargin, TrustMarginConfig
-from trustmargin_integrations.comparison import differential, scored_text, words
+from trustmargin_integrations.comparison import differential, scored_text
 from trustmargin_integrations.evaluation.datasets import load_dataset
 from trustmargin_integrations.evaluation.framing import (
     FRAMINGS,
     disagreements,
     invariance,
 )
+from trustmargin_integrations.reading import keys
 
 DATA_DIR = Path(os.environ.get("TRUSTMARGIN_DATA")
                 or Path(__file__).resolve().parents[2] / "shared" / "data" / "raw")
@@ -101,22 +102,23 @@ def test_texts_with_different_words_never_agree(left: list[str], right: list[str
                                                 frame: str) -> None:
     a, b = frame + " ".join(left), frame + " ".join(right)
     found = differential(a, b)
-    same = [w.key for w in words(a)] == [w.key for w in words(b)]
-    assert found.agree == (same and bool(words(a)))
-    if not found.agree and words(a) and words(b):
+    assert found.agree == (keys(a) == keys(b) and bool(keys(a)))
+    if not found.agree and keys(a) and keys(b):
         # Something of each side is compared, and it lies inside that side's text.
-        assert found.direct and found.rag
-        assert scored_text(a, found.direct) and scored_text(b, found.rag)
+        assert found.stretches
+        for stretch in found.stretches:
+            assert scored_text(a, (stretch.direct,)) and scored_text(b, (stretch.rag,))
 
 
 def test_one_sided_additions_are_widened_to_a_shared_word() -> None:
-    found = differential("Paris", "Paris and Lyon")
-    assert scored_text("Paris", found.direct) == "Paris"
-    assert scored_text("Paris and Lyon", found.rag) == "Paris and Lyon"
-    found = differential("Sure! It is Paris.", "It is Paris.")
-    assert not found.agree
-    assert scored_text("Sure! It is Paris.", found.direct) == "Sure! It"
-    assert scored_text("It is Paris.", found.rag) == "It"
+    (found,) = differential("Paris", "Paris and Lyon").stretches
+    assert scored_text("Paris", (found.direct,)) == "Paris"
+    assert scored_text("Paris and Lyon", (found.rag,)) == "Paris and Lyon"
+    comparison = differential("Sure! It is Paris.", "It is Paris.")
+    assert not comparison.agree
+    (found,) = comparison.stretches
+    assert scored_text("Sure! It is Paris.", (found.direct,)) == "Sure! It"
+    assert scored_text("It is Paris.", (found.rag,)) == "It"
 
 
 def _shared_questions(per_dataset: int) -> list[tuple[str, list[str]]]:

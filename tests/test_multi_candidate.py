@@ -124,8 +124,8 @@ PAIRS = [  # (question, passages, direct, rag): scored ones first, then settled 
 @pytest.mark.slow
 def test_one_candidate_is_the_pairwise_rule(backend: HFBackend) -> None:
     # tau = 1.0 puts these questions on both sides of the threshold (checked below). Several
-    # candidates are compared on their answering sentence, so the pairs are too.
-    tm = TrustMargin(backend, TrustMarginConfig(tau=1.0, scoring_form="sentence"))
+    # candidates are cut to their short answers, so the pairs are too.
+    tm = TrustMargin(backend, TrustMarginConfig(tau=1.0, scoring_form="paper"))
     pairwise = tm.arbitrate_batch([{"question": q, "passages": p, "direct_answer": d,
                                     "rag_answer": r} for q, p, d, r in PAIRS])
     listed = tm.arbitrate_batch([{"question": q, "passages": p, "direct_answer": d,
@@ -171,8 +171,8 @@ def multi(backend: HFBackend) -> tuple[list[Decision], list[list[Decision]], Spy
     decisions = tm.arbitrate_batch([{"question": q, "passages": p, "direct_answer": d,
                                      "rag_candidates": c} for q, p, d, c in MULTI])
     # The pairwise rule on the same compared forms (several candidates are each cut to their
-    # answering sentence, so the pairs are too).
-    pair_tm = TrustMargin(backend, TrustMarginConfig(scoring_form="sentence"))
+    # short answer, so the pairs are too).
+    pair_tm = TrustMargin(backend, TrustMarginConfig(scoring_form="paper"))
     pairwise = [
         pair_tm.arbitrate_batch([{"question": q, "passages": p, "direct_answer": d,
                                   "rag_answer": text} for text in c.values()])
@@ -278,7 +278,7 @@ def test_equal_to_direct_candidates_tie_at_zero_and_duplicates_are_scored_once(
     # Several candidates are each cut to their short form (one Direct form for all).
     assert cleaned.answer == "Marta Okonkwo" and cleaned.raw == "Marta Okonkwo."
     assert any(w.startswith("rag_candidates[2]: scored on its short form") for w in d.warnings)
-    assert d.scoring_form == "sentence"
+    assert d.scoring_form == "paper"
     # M = 0 > tau for both agreeing candidates: a tie, so the earlier one wins.
     assert (d.winner, d.source, d.reason, d.answer) == (1, "agree", "margin_above_tau",
                                                         "marta okonkwo")

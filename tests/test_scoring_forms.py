@@ -10,9 +10,10 @@ import pytest
 
 from trustmargin_integrations import TrustMargin, TrustMarginConfig
 from trustmargin_integrations.arbiter.candidates import Candidate
-from trustmargin_integrations.arbiter.comparisons import by_extraction, stated_in
+from trustmargin_integrations.arbiter.comparisons import by_extraction
 from trustmargin_integrations.backends.hf import HFBackend
 from trustmargin_integrations.prompts import EXTRACT_TEMPLATE
+from trustmargin_integrations.reading import stated_in
 
 QUESTION = "In which district of Velmora does the Kessel bridge stand?"
 PASSAGES = ["The Kessel bridge, finished in 1911, stands in the Weststadt district of Velmora.",
@@ -55,7 +56,8 @@ class GenerationSpy:
 
 def test_stated_in_needs_the_words_together_and_in_order() -> None:
     assert stated_in("Weststadt", "It is in **Weststadt** [1].")
-    assert stated_in("the Weststadt district", "It stands in Weststadt District.")
+    assert stated_in("Weststadt district", "It stands in Weststadt District.")
+    assert not stated_in("-5 °C", "It was 5 °C.") and stated_in("−5 °C", "It was -5 °C.")
     assert not stated_in("Weststadt district", "District: Weststadt")
     assert not stated_in("", "anything") and not stated_in("Oststadt", "Weststadt")
 
@@ -107,13 +109,18 @@ def test_equal_extractions_that_repeat_the_question_are_not_agreement() -> None:
         ("Silas Hardy", "Lee Mantle")))
     assert compared.form == "extract" and not compared.agree
     assert (compared.direct_text, compared.rag_text) == ("Silas Hardy", "Lee Mantle")
-    # ... and equal extractions the question does not state are agreement.
+    # ... and equal extractions of texts that read differently are no agreement either: two
+    # texts agree only when they read alike, so the pair is compared where the texts differ.
     brazil = "What country borders Bolivia and contains Goiás?"
     compared = by_extraction(brazil, *_given(
         brazil, ("Brazil borders Bolivia and contains Goiás.",
                  "The country that borders Bolivia and contains Goiás is Brazil."),
         ("Brazil", "Brazil")))
-    assert compared.form == "extract" and compared.agree
+    assert compared.form == "differential" and not compared.agree
+    assert compared.note == "equal extractions of different texts; compared by difference"
+    # Texts that read alike agree without asking the extractor.
+    compared = by_extraction(brazil, *_given(brazil, ("**Brazil.**", "brazil"), ("", "")))
+    assert compared.agree
 
 
 def test_extract_never_settles_the_lira_pair_as_agreement(tm: TrustMargin) -> None:
@@ -133,12 +140,14 @@ def test_generated_candidates_are_never_extracted(backend: HFBackend) -> None:
     assert len(spy.generated) == 2
 
 
-def test_the_legacy_sentence_form_keeps_its_cut(tm: TrustMargin) -> None:
-    legacy = TrustMargin(tm.backend, TrustMarginConfig(scoring_form="sentence"))
-    d = legacy.arbitrate(QUESTION, PASSAGES, direct_answer="Sure! It is Oststadt.",
-                         rag_answer="Sure! It is Weststadt.")
-    assert d.scoring_form == "sentence"
-    assert (d.direct_answer, d.rag_answer) == ("It is Oststadt", "It is Weststadt")
+def test_the_paper_form_cuts_given_short_answers_as_generations_are_cut(tm: TrustMargin
+                                                                        ) -> None:
+    short = TrustMargin(tm.backend, TrustMarginConfig(scoring_form="paper"))
+    d = short.arbitrate(QUESTION, PASSAGES, direct_answer="Answer: Oststadt.\nIt is old.",
+                        rag_answer='"Weststadt"')
+    assert d.scoring_form == "paper"
+    assert (d.direct_answer, d.rag_answer) == ("Oststadt", "Weststadt")
+    assert sum("scored on its short form" in w for w in d.warnings) == 2
 
 
 def test_an_unknown_form_is_a_typed_error() -> None:

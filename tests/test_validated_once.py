@@ -97,13 +97,13 @@ def test_arbitrating_never_changes_what_the_caller_passed(tm: TrustMargin) -> No
     """A dict, a built ArbitrationInput and a prepared question come back unchanged from
     arbitration, however many times they are arbitrated; each stage's warnings reach the
     Decision (a validation cleanup, a given answer cut to its short form) once."""
-    legacy = TrustMargin(tm.backend, TrustMarginConfig(scoring_form="sentence"))
+    short = TrustMargin(tm.backend, TrustMarginConfig(scoring_form="paper"))
     item = {"question": QUESTION + "\x07", "passages": [PASSAGE],
             "direct_answer": "Sure! Gustave Eiffel.\n\nMore.", "rag_answer": "Marta Okonkwo"}
     built = ArbitrationInput(**item)
-    prepared = legacy.prepare(item)
+    prepared = short.prepare(item)
     before = copy.deepcopy([item, built, prepared])
-    decisions = [legacy.arbitrate_batch([x])[0] for x in (item, built, prepared, prepared)]
+    decisions = [short.arbitrate_batch([x])[0] for x in (item, built, prepared, prepared)]
     assert [item, built, prepared] == before
     # A dict is validated in the batch, so its warnings name its place there.
     assert decisions[0].warnings[0] == "inputs[0].question: removed 1 control character(s)"

@@ -1,46 +1,41 @@
-"""What two answers say differently: the parts of two texts that are compared (scored).
+"""Where two texts say different things: the stretches of two chat answers that can be compared.
 
 The paper scores two short answers whole. A chain's answers are chat text: a lead-in, the fact,
-remarks, markdown, any language. Scoring such texts whole lets the framing decide, and scoring
-a phrase list's idea of "the answer" lets a phrase missing from the list decide (two texts that
-share an unlisted lead-in looked equal). This module finds the compared parts from the two
-texts themselves, with no list of phrases in any language (:func:`differential`):
+remarks, markdown, citations, any language, and the two sides of one chain are often framed
+differently (a RAG chain cites its context, the closed-book one does not). Both texts are read
+losslessly (:mod:`.reading`) and aligned token by token, with no list of phrases in any
+language (:func:`differential`):
 
-* both texts are split into words (Unicode letters and digits; each CJK character is a word)
-  and aligned by their normalized form (:func:`~.answers.normalize_answer`: case, punctuation
-  and markdown marks do not count);
-* the texts **agree** only when the aligned words are all equal: two texts that differ in any
-  word are scored, never reported as agreeing;
-* the compared part of each side is its first *replaced* stretch of words (where the two texts
-  say different things in the same place), scored as a continuation of the side's own text
-  before it: the shared framing is context, not evidence. A stretch present on one side only
-  (an added lead-in or remark) is not a competing statement and is compared only when the
-  texts differ in nothing else; it is then widened by one shared neighbouring word so that
-  both sides have something to score.
+* the texts **agree** only when their readings are equal;
+* every stretch where both texts say something different in the same place (a *replaced*
+  stretch) is a candidate for the answer-bearing part. A stretch present on one side only (a
+  lead-in, a caveat, a citation one chain adds) is no competing statement and is a candidate
+  only when the texts differ in nothing else; it is then widened by one shared neighbouring
+  token so that both sides have something to score. A stretch whose every token on both sides
+  is a word of the question restates the question and is set aside while another remains;
+* each stretch is widened to whole words (``5%`` against ``5‰``, not ``%`` against ``‰``) and
+  scored as a continuation of its side's own text before it: the text before is context, not
+  evidence.
 
-Later differences are consequences of the first (an answer restated at the end, a reason that
-follows from it) and are not compared: they would add near-certain tokens that dilute the
-length-normalized margins. Where the two texts are framed differently (one lead-in on each
-side), the first replaced stretch can be the framing itself: that is what the ``extract`` form
-(:mod:`~trustmargin_integrations.arbiter.comparisons`) is for.
-
-The compared parts are character spans of the texts, recorded in the Decision, so anyone can
-see what decided.
+Which candidate stretch carries the answer is decided by what the question asks: the one that
+stands next to the most words of the question (:func:`near_question`), and among equals the one
+whose likelihood depends most on the question once scored
+(:func:`~trustmargin_integrations.arbiter.comparisons.answer_bearing`). The compared parts are
+character spans of the texts, recorded in the Decision, so anyone can see what decided.
 """
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 
-from trustmargin_integrations.answers import normalize_answer
+from trustmargin_integrations.reading import Token, is_ideograph, keys, read
 
-# Ideographic scripts write words without spaces: each character is a word there.
-_IDEOGRAPH = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
-_WORD = re.compile(rf"[{_IDEOGRAPH}]|[^\W{_IDEOGRAPH}]+", re.UNICODE)
+MAX_STRETCHES = 4
+"""Candidate stretches scored per pair at most (the first ones in text order): texts that
+differ in more places are long answers whose later differences follow from the first ones."""
+
 
 @dataclass(frozen=True)
 class Span:
@@ -51,66 +46,84 @@ class Span:
 
 
 @dataclass(frozen=True)
-class Word:
-    """One word of a text: its normalized form (the alignment key) and where it stands."""
+class Stretch:
+    """One place where the two texts differ: Direct's span and RAG's, and ``asked``: how
+    many of the question's words stand next to it on both sides (:func:`near_question`)."""
 
-    key: str
-    start: int
-    end: int
+    direct: Span
+    rag: Span
+    asked: int = 0
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """What is compared between two texts: agreement, or one list of spans per side."""
+    """Two texts compared: agreement, or the candidate stretches (text order; empty when a
+    text has nothing to read, and the texts are then compared whole)."""
 
     agree: bool
-    direct: tuple[Span, ...] = ()
-    rag: tuple[Span, ...] = ()
+    stretches: tuple[Stretch, ...] = ()
 
 
-def words(text: str) -> list[Word]:
-    """The words of ``text`` with their normalized forms; words that normalize to nothing
-    (an article, a lone underscore) are left out, as :func:`normalize_answer` leaves them."""
-    out = []
-    for match in _WORD.finditer(text):
-        key = normalize_answer(unicodedata.normalize("NFKC", match.group()))
-        if key:
-            out.append(Word(key, match.start(), match.end()))
-    return out
-
-
-def differential(direct: str, rag: str) -> Comparison:
-    """Align two texts by their words and say what is compared (see the module docstring).
-
-    A text with no word has nothing to compare: both lists of spans are empty and the texts
-    agree only if both are wordless (the caller settles blank answers before this matters).
-    """
-    left, right = words(direct), words(rag)
-    if [w.key for w in left] == [w.key for w in right]:
+def differential(direct: str, rag: str, question: str = "") -> Comparison:
+    """Read and align two texts and say where they differ (see the module docstring)."""
+    left, right = read(direct), read(rag)
+    if [t.key for t in left] == [t.key for t in right]:
         return Comparison(agree=bool(left))
     if not left or not right:
         return Comparison(agree=False)
-    matcher = SequenceMatcher(None, [w.key for w in left], [w.key for w in right],
+    matcher = SequenceMatcher(None, [t.key for t in left], [t.key for t in right],
                               autojunk=False)
     opcodes = matcher.get_opcodes()
     changed = [op for op in opcodes if op[0] == "replace"]
     if not changed:
-        # Only additions on one side: the first one, widened by a shared neighbour word.
-        changed = [_widened(next(op for op in opcodes if op[0] != "equal"), len(left),
-                            len(right))]
-    _, i1, i2, j1, j2 = changed[0]
-    return Comparison(agree=False, direct=(Span(left[i1].start, left[i2 - 1].end),),
-                      rag=(Span(right[j1].start, right[j2 - 1].end),))
+        changed = [_widened(op, len(left), len(right)) for op in opcodes if op[0] != "equal"]
+    asked = set(keys(question))
+    answering = [op for op in changed
+                 if not {t.key for t in (*left[op[1]:op[2]], *right[op[3]:op[4]])} <= asked]
+    chosen = (answering or changed)[:MAX_STRETCHES]
+    return Comparison(agree=False, stretches=tuple(
+        Stretch(_span(left, i1, i2), _span(right, j1, j2),
+                near_question(left, i1, i2, asked) + near_question(right, j1, j2, asked))
+        for _, i1, i2, j1, j2 in chosen))
+
+
+NEAR = 6
+"""Tokens on each side of a stretch that :func:`near_question` looks at."""
+
+
+def near_question(tokens: Sequence[Token], i1: int, i2: int, asked: set[str]) -> int:
+    """How many distinct words of the question stand within :data:`NEAR` tokens of
+    ``tokens[i1:i2]``: an answer is stated next to the words of what was asked ("the bridge
+    was designed by X", "X designed the bridge"); a lead-in, a caveat or a citation is not."""
+    around = {t.key for t in (*tokens[max(0, i1 - NEAR):i1], *tokens[i2:i2 + NEAR])}
+    return len(around & asked)
 
 
 def _widened(op: tuple[str, int, int, int, int], n_left: int, n_right: int
              ) -> tuple[str, int, int, int, int]:
-    """An insertion or deletion grown by one shared word, the next one when there is one,
+    """An insertion or deletion grown by one shared token, the next one when there is one,
     else the one before, so that neither side's span is empty."""
     tag, i1, i2, j1, j2 = op
     if i2 < n_left and j2 < n_right:
         return tag, i1, i2 + 1, j1, j2 + 1
     return tag, i1 - 1, i2, j1 - 1, j2
+
+
+def _span(tokens: Sequence[Token], i1: int, i2: int) -> Span:
+    """The place of ``tokens[i1:i2]`` in the text, widened to whole words: over the tokens
+    that touch it without a space between (``5`` before ``%``, ``-`` inside ``e-mail``).
+    Markdown marks and sentence punctuation are no tokens and are not taken in, and neither
+    are the neighbours of an ideograph (each is a word of its own)."""
+    while i1 > 0 and _touch(tokens[i1 - 1], tokens[i1]):
+        i1 -= 1
+    while i2 < len(tokens) and _touch(tokens[i2 - 1], tokens[i2]):
+        i2 += 1
+    return Span(tokens[i1].start, tokens[i2 - 1].end)
+
+
+def _touch(before: Token, after: Token) -> bool:
+    return before.end == after.start and not (is_ideograph(before.key[:1])
+                                              or is_ideograph(after.key[:1]))
 
 
 def scored_text(text: str, spans: Sequence[Span]) -> str:

@@ -39,7 +39,7 @@ DecisionPolicy = PolicyName
 :data:`~trustmargin_integrations.rule.POLICIES` (``"rule"``, the paper's margin rule with the
 config's lambda_bind and tau, is the default)."""
 
-ScoringForm = Literal["differential", "extract", "sentence"]
+ScoringForm = Literal["differential", "extract", "paper"]
 """How a candidate a user's chain produced is compared (``TrustMarginConfig.scoring_form``)."""
 
 
@@ -75,21 +75,21 @@ class TrustMarginConfig(BaseModel):
                                       "candidates (the paper's short answers; the LLM "
                                       "wrappers use CHAT_MAX_NEW_TOKENS, 256).")
     clean_answers: bool = Field(
-        True, description="Score every candidate on its short form: a generation cut by the "
-                          "paper's policy (first line, no 'Answer:' label, quotes or final "
-                          "period), a given answer on its answering sentence (chat lead-ins "
-                          "and markdown labels skipped); a given candidate whose scored form "
-                          "differs is reported in the Decision's warnings.")
+        True, description="Cut every generated candidate to its short answer by the paper's "
+                          "policy (first line, no 'Answer:' label, quotes or final period) "
+                          "and compare given texts by scoring_form; False scores every text "
+                          "whole as given (agreeing only when the texts read alike).")
     scoring_form: ScoringForm = Field(
         "differential", description="How a candidate a user's chain produced (chat text) is "
-        "compared with the other side: 'differential' (the default: the two texts are aligned "
-        "word by word and the first place where they say different things is scored, "
-        "conditioned on the text before it; they agree only when no word differs), 'extract' "
-        "(the model states the short answer each text gives, checked to occur in it, and the "
-        "paper's margins score those; equal extractions that only repeat the question are "
-        "compared by difference) or 'sentence' (legacy: the first answering sentence "
-        "after known English lead-ins). Generated candidates are always scored the paper's "
-        "way. See trustmargin_integrations.comparison.")
+        "compared with the other side. Every form agrees only when the two texts read alike "
+        "(trustmargin_integrations.reading: every sign, symbol and digit kept). "
+        "'differential' (the default): the texts are aligned token by token, every place "
+        "where both say something different is scored after the text before it, and the one "
+        "whose likelihood depends most on the question is kept. 'extract': the model states "
+        "the short answer each text gives, checked to occur in it, and the paper's margins "
+        "score those (else compared by difference). 'paper': the texts are the product's own "
+        "short answers given back, cut and scored whole the paper's way. Generated candidates "
+        "are always scored the paper's way. See trustmargin_integrations.comparison.")
     return_text: Literal["given", "scored"] = Field(
         "given", description="What Decision.answer holds for a given candidate: the text as "
                              "the caller's chain produced it ('given', the default: the user's "

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from trustmargin_integrations.vocabulary import Choice, LambdaBind, Reason, Tau
 
 Source = Literal["direct", "rag", "agree"]
-CompareForm = Literal["paper", "differential", "extract", "sentence", "whole"]
+CompareForm = Literal["paper", "differential", "extract", "whole"]
 """What a decision compared (``Decision.scoring_form``)."""
 DecisionReason = Reason
 
@@ -186,11 +186,11 @@ class Decision(BaseModel):
     rag_likelihoods: ViewLikelihoods | None = None
     scoring_form: CompareForm = Field(
         "paper", exclude_if=_paper,
-        description="What was compared: 'paper' (generated short answers, the paper's "
-                    "scoring), 'differential' (the first place two chain texts say different "
-                    "things, see direct_spans/rag_spans), 'extract' (the short answers the "
-                    "model read in the texts), 'sentence' (legacy answering sentence) or "
-                    "'whole' (texts as given, clean_answers=False).")
+        description="What was compared: 'paper' (short answers, the paper's scoring), "
+                    "'differential' (the place where two chain texts say different things "
+                    "that depends most on the question, see direct_spans/rag_spans), "
+                    "'extract' (the short answers the model read in the texts) or 'whole' "
+                    "(texts as given, clean_answers=False).")
     direct_spans: list[tuple[int, int]] | None = Field(
         None, exclude_if=_none,
         description="Character spans [start, end) of the Direct text (direct_raw, else "

@@ -1,15 +1,16 @@
 """Candidates: each side's answer, given or generated. A generation under the paper's prompts
 is cut to its short answer by the paper's policy
 (:func:`~trustmargin_integrations.answers.clean_answer`); a given text is kept whole, and what
-of it is scored is decided per pair (:mod:`.comparisons`), except under the legacy
-``scoring_form="sentence"``, whose cut of a given answer is reported as a warning."""
+of it is scored is decided per pair (:mod:`.comparisons`), except under
+``scoring_form="paper"`` (the product's own short answers given back), whose cut of a given
+answer by the same policy is reported as a warning."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
 
-from trustmargin_integrations.answers import answer_complete, clean_answer, scoring_form
+from trustmargin_integrations.answers import answer_complete, clean_answer
 from trustmargin_integrations.arbiter.preparation import PreparedQuestion
 from trustmargin_integrations.backends.base import ModelSession
 from trustmargin_integrations.config import TrustMarginConfig
@@ -37,9 +38,9 @@ def side_candidates(
     out: list[Candidate | None] = [None] * len(chunk)
     for i, text in enumerate(given):
         if text is not None:
-            sentence = cut_to_sentence(config, chunk[i])
-            out[i] = cleaned(config, text, generated=False, sentence=sentence)
-            if out[i].raw is not None and sentence:  # type: ignore[union-attr]
+            short = cut_to_short_answer(config, chunk[i])
+            out[i] = cleaned(config, text, generated=False, short=short)
+            if out[i].raw is not None and short:  # type: ignore[union-attr]
                 out[i].note = (f"{side}_answer: scored on its short form "  # type: ignore[union-attr]
                                f"({text!r} -> {out[i].answer!r})")  # type: ignore[union-attr]
     # A RAG answer without evidence is never needed: the decision is "no_evidence".
@@ -58,32 +59,33 @@ def side_candidates(
     return [c or Candidate("", None, False) for c in out]
 
 
-def cut_to_sentence(config: TrustMarginConfig, prepared: PreparedQuestion) -> bool:
-    """True when a given candidate of this question is cut to its answering sentence: under
-    the legacy ``scoring_form="sentence"``, and for a question with several RAG candidates
-    (other pipelines' short answers, each compared with one Direct form so that Direct is
-    scored once; the differential form is pairwise)."""
-    return config.scoring_form == "sentence" or prepared.input.rag_candidates is not None
+def cut_to_short_answer(config: TrustMarginConfig, prepared: PreparedQuestion) -> bool:
+    """True when a given candidate is cut to its short answer by the paper's policy, as a
+    generation is: under ``scoring_form="paper"`` (the product's own short answers given back
+    as texts: a noise run's, another pipeline's), and for a question with several RAG
+    candidates (other pipelines' short answers, each compared with one Direct form so that
+    Direct is scored once; the differential form is pairwise)."""
+    return config.clean_answers and (config.scoring_form == "paper"
+                                     or prepared.input.rag_candidates is not None)
 
 
 def cleaned(config: TrustMarginConfig, text: str, *, generated: bool,
-            seconds: float = 0.0, sentence: bool = False) -> Candidate:
+            seconds: float = 0.0, short: bool = False) -> Candidate:
     """``text`` as a candidate (``raw`` keeps the original when the candidate's form changed
     more than surrounding whitespace).
 
     A generation under the paper's prompts is cut by the paper's policy
     (:func:`~trustmargin_integrations.answers.clean_answer`) when the config cleans answers. A
     given candidate, often a chat answer in full sentences, stays whole: the pair's
-    comparison decides what of it is scored. Only the legacy ``scoring_form="sentence"`` cuts
-    it here (``sentence``), to its answering sentence
-    (:func:`~trustmargin_integrations.answers.scoring_form`).
+    comparison decides what of it is scored. Only ``short`` (:func:`cut_to_short_answer`)
+    cuts it here, by the same policy as a generation.
     """
     if not config.clean_answers:
         answer = text.strip()
     elif generated:
         answer = clean_answer(text)
     else:
-        answer = scoring_form(text) if sentence else text.strip()
+        answer = clean_answer(text) if short else text.strip()
     raw = None if answer == text.strip() else text
     return Candidate(answer, raw, generated, seconds)
 
@@ -97,7 +99,7 @@ def rag_options(config: TrustMarginConfig, prepared: PreparedQuestion,
         return [rag]
     out = []
     for i, (label, text) in enumerate(given):
-        option = cleaned(config, text, generated=False, sentence=True)
+        option = cleaned(config, text, generated=False, short=cut_to_short_answer(config, prepared))
         option.name = label
         if option.raw is not None:
             option.note = (f"rag_candidates[{i}]: scored on its short form "

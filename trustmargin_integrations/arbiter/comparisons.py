@@ -8,17 +8,18 @@ scoring of a whole short answer."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from trustmargin_integrations.answers import answer_complete, answers_agree, clean_answer
-from trustmargin_integrations.arbiter.candidates import Candidate, cut_to_sentence
+from trustmargin_integrations.arbiter.candidates import Candidate, cut_to_short_answer
 from trustmargin_integrations.arbiter.preparation import PreparedQuestion
 from trustmargin_integrations.backends.base import ModelSession
-from trustmargin_integrations.comparison import Span, differential, scored_text, words
+from trustmargin_integrations.comparison import Span, differential, scored_text
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.prompts import extract_prompt
-from trustmargin_integrations.schema import CompareForm
+from trustmargin_integrations.reading import same_reading, stated_in
+from trustmargin_integrations.schema import CompareForm, ViewLikelihoods
 
 # A stated short answer is a phrase: a few tokens, never the whole text again.
 EXTRACT_MAX_NEW_TOKENS = 16
@@ -50,15 +51,18 @@ class Compared:
     rag_spans: tuple[Span, ...] | None = None
     note: str | None = None
     """A warning for the Decision about how the pair was compared, else None."""
+    options: tuple[Compared, ...] = ()
+    """Every candidate stretch of the pair when the texts differ in several places (this one
+    first): all are scored and :func:`answer_bearing` keeps one. Empty: nothing to choose."""
 
 
 def whole(form: CompareForm, direct: str, rag: str, agree: bool | None = None) -> Compared:
-    """Both texts scored whole (the paper's scoring of two short answers). ``agree`` is the
-    pair's agreement when the caller's comparison found it already; the paper's
-    (:func:`~trustmargin_integrations.answers.answers_agree`) otherwise: each pair is
-    compared once."""
+    """Both texts scored whole. ``agree`` is the pair's agreement when the caller's
+    comparison found it already; otherwise the paper's test for the paper's own short answers
+    (:func:`~trustmargin_integrations.answers.answers_agree`) and equal readings for any other
+    text (:func:`~trustmargin_integrations.reading.same_reading`)."""
     if agree is None:
-        agree = answers_agree(direct, rag)
+        agree = answers_agree(direct, rag) if form == "paper" else same_reading(direct, rag)
     return Compared(form, agree, (Piece("", direct),), (Piece("", rag),), direct, rag)
 
 
@@ -72,23 +76,32 @@ def pieces(text: str, spans: tuple[Span, ...]) -> Scored:
     return tuple(out)
 
 
-def by_difference(direct: str, rag: str) -> Compared:
-    """The differential form (:func:`~trustmargin_integrations.comparison.differential`); texts
-    that agree are scored whole should the caller score agreeing answers at all."""
-    found = differential(direct, rag)
-    if found.agree or not found.direct:
+def by_difference(question: str, direct: str, rag: str) -> Compared:
+    """The differential form (:func:`~trustmargin_integrations.comparison.differential`): the
+    candidate stretches that stand next to the most words of the question, one compared form
+    each, the first carrying them all in ``options`` when there are several; texts that read
+    alike, or that have nothing to read, are compared whole."""
+    found = differential(direct, rag, question)
+    if found.agree or not found.stretches:
         return whole("differential", direct, rag, agree=found.agree)
-    return Compared("differential", False, pieces(direct, found.direct), pieces(rag, found.rag),
-                    scored_text(direct, found.direct), scored_text(rag, found.rag),
-                    found.direct, found.rag)
+    near = max(s.asked for s in found.stretches)
+    each = [Compared("differential", False, pieces(direct, (s.direct,)), pieces(rag, (s.rag,)),
+                     scored_text(direct, (s.direct,)), scored_text(rag, (s.rag,)),
+                     (s.direct,), (s.rag,))
+            for s in found.stretches if s.asked == near]
+    return replace(each[0], options=tuple(each)) if len(each) > 1 else each[0]
 
 
-def stated_in(short: str, text: str) -> bool:
-    """True when the words of ``short`` occur, in order and together, among ``text``'s."""
-    needle = [w.key for w in words(short)]
-    hay = [w.key for w in words(text)]
-    return bool(needle) and any(hay[i:i + len(needle)] == needle
-                                for i in range(len(hay) - len(needle) + 1))
+def answer_bearing(scores: Sequence[tuple[ViewLikelihoods, ViewLikelihoods]]) -> int:
+    """Which of a pair's candidate stretches (equally near the question's words) carries the
+    answer: the one whose likelihood, on both sides together, depends most on the question
+    (the question-and-passages view over the passages-only view: the paper's binding term,
+    per side). A lead-in, a caveat or a
+    citation reads about the same with or without the question; the answer to it does not.
+    The sum is symmetric in the two sides, so the choice favours neither source."""
+    def asked(pair: tuple[ViewLikelihoods, ViewLikelihoods]) -> float:
+        return sum(v.question_context - v.context_only for v in pair)
+    return max(range(len(scores)), key=lambda k: asked(scores[k]))
 
 
 def compare_chunk(session: ModelSession, render: Callable[[str], str],
@@ -106,13 +119,16 @@ def compare_chunk(session: ModelSession, render: Callable[[str], str],
             if (d.generated and o.generated) or not config.clean_answers:
                 row.append(whole("paper" if config.clean_answers else "whole", d.answer,
                                  o.answer))
-            elif cut_to_sentence(config, chunk[i]):
-                # Cut by candidates.py already; see cut_to_sentence for why.
-                row.append(whole("sentence", d.answer, o.answer))
+            elif cut_to_short_answer(config, chunk[i]):
+                # Cut by candidates.py already. The product's own short answers given back
+                # keep the paper's agreement test; a user's list agrees only when read alike.
+                agree = (answers_agree(d.answer, o.answer) if config.scoring_form == "paper"
+                         else same_reading(d.answer, o.answer))
+                row.append(whole("paper", d.answer, o.answer, agree=agree))
             elif config.scoring_form == "extract":
                 row.append(by_extraction(chunk[i].input.question, d, o, stated))
             else:
-                row.append(by_difference(d.answer, o.answer))
+                row.append(by_difference(chunk[i].input.question, d.answer, o.answer))
         out.append(row)
     return out
 
@@ -126,8 +142,6 @@ def _extractions(session: ModelSession, render: Callable[[str], str],
         return {}
     wanted: dict[tuple[str, str], str] = {}
     for p, d, opts in zip(chunk, direct, options, strict=True):
-        if cut_to_sentence(config, p):
-            continue  # compared on their answering sentence (see cut_to_sentence)
         for c in [d, *opts]:
             if not c.generated and c.answer.strip():
                 question = p.input.question
@@ -142,21 +156,20 @@ def _extractions(session: ModelSession, render: Callable[[str], str],
 def by_extraction(question: str, d: Candidate, o: Candidate,
                   stated: dict[tuple[str, str], str]) -> Compared:
     """The paper's scoring of both texts' stated short answers (``stated``: keyed by
-    (question, text)). A text whose extraction does not occur in it (the model did not read
-    it, it invented) is compared by difference, and so is a pair whose equal extractions only
-    repeat the question: agreement must come from what the texts say."""
+    (question, text)). Texts agree only when they read alike; a text whose extraction does not
+    occur in its reading (the model did not read it, it invented, it dropped a sign) is
+    compared by difference, and so is a pair whose extractions are equal while the texts
+    differ: equal extractions of different texts are the extractor's loss, not agreement."""
+    if same_reading(d.answer, o.answer):
+        return whole("extract", d.answer, o.answer, agree=True)
     short = [c.answer if c.generated else stated.get((question, c.answer), "")
              for c in (d, o)]
     if not all(stated_in(s, c.answer) for s, c in zip(short, (d, o), strict=True)):
-        return replace(by_difference(d.answer, o.answer),
+        return replace(by_difference(question, d.answer, o.answer),
                        note="extraction not stated in its text; compared by difference")
-    compared = whole("extract", short[0], short[1])
-    if compared.agree and stated_in(short[0], question):
+    if same_reading(short[0], short[1]):
         # Measured on Qwen2.5-1.5B's CWQ chat answers: "Turkey uses the Turkish lira" and
-        # "Cyprus uses the Turkish lira" were both read as "Turkish lira", the question's own
-        # words. Equal extractions that the question already states are no evidence that the
-        # texts agree (an answer among the question's options, "X or Y?", is still scored,
-        # only not settled as agreement).
-        return replace(by_difference(d.answer, o.answer),
-                       note="both extractions repeat the question; compared by difference")
-    return compared
+        # "Cyprus uses the Turkish lira" were both read as "Turkish lira".
+        return replace(by_difference(question, d.answer, o.answer),
+                       note="equal extractions of different texts; compared by difference")
+    return whole("extract", short[0], short[1], agree=False)

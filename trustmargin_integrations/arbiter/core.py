@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 from trustmargin_integrations.arbiter.candidates import rag_options, side_candidates
 from trustmargin_integrations.arbiter.comparisons import compare_chunk
 from trustmargin_integrations.arbiter.decision import Evidence, assemble_decision
-from trustmargin_integrations.arbiter.plan import plan_question, score_rows
+from trustmargin_integrations.arbiter.plan import choose_stretches, plan_question, score_rows
 from trustmargin_integrations.arbiter.preparation import PreparedQuestion, prepare_valid
 from trustmargin_integrations.backends.base import Backend
 from trustmargin_integrations.backends.loading import load_backend
@@ -411,7 +411,8 @@ class TrustMargin:
             timings = Timings(generate_direct_s=direct[i].seconds,
                               generate_rag_s=rag[i].seconds, comparing_s=comparing_s,
                               scoring_s=scoring_s if i in scores else 0.0, total_s=total)
-            out.append(Evidence(prepared, direct[i], options[i], compared[i], plans[i],
+            chosen = choose_stretches(plans[i], compared[i], scores.get(i))
+            out.append(Evidence(prepared, direct[i], options[i], chosen, plans[i],
                                 scores.get(i), timings, self.backend.model_id, keep_prompts))
         return out
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from trustmargin_integrations.arbiter.comparisons import Compared, Scored
+from trustmargin_integrations.arbiter.comparisons import Compared, Scored, answer_bearing
 from trustmargin_integrations.arbiter.preparation import VIEWS, PreparedQuestion
 from trustmargin_integrations.backends.base import (
     ContinuationRequest,
@@ -30,7 +30,9 @@ class Plan:
     ``items`` is what the model scores (each side's pieces, each once) and ``pairs`` maps a
     scored candidate to the items of its Direct side and its own side: a generated pair
     shares one Direct item (the paper's scoring), a compared chat pair may score a part of
-    Direct's text of its own.
+    Direct's text of its own. ``choices`` holds, for a pair whose texts differ in several
+    places, the items of every candidate stretch; :func:`choose_stretches` sets ``pairs``
+    to the answer-bearing one once they are scored.
     """
 
     verdict: Verdict | None
@@ -40,6 +42,7 @@ class Plan:
     agreeing: list[int] = field(default_factory=list)
     items: list[Scored] = field(default_factory=list)
     pairs: dict[int, tuple[int, int]] = field(default_factory=dict)
+    choices: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
 
 
 def plan_question(prepared: PreparedQuestion, direct: str, rag: list[str],
@@ -78,7 +81,26 @@ def plan_question(prepared: PreparedQuestion, direct: str, rag: list[str],
             first[answer] = j
             plan.scored.append(j)
             plan.pairs[j] = (item(compared[j].direct), item(compared[j].rag))
+            if compared[j].options:
+                plan.choices[j] = [(item(o.direct), item(o.rag)) for o in compared[j].options]
     return plan
+
+
+def choose_stretches(plan: Plan, compared: list[Compared],
+                     scores: list[ViewLikelihoods] | None) -> list[Compared]:
+    """Each pair's compared form once its candidate stretches are scored: the answer-bearing
+    one (:func:`~.comparisons.answer_bearing`), which ``plan.pairs`` then points at; a copy
+    of an earlier candidate takes that one's choice."""
+    out = list(compared)
+    if scores is None:
+        return out
+    for j, items in plan.choices.items():
+        k = answer_bearing([(scores[d], scores[r]) for d, r in items])
+        plan.pairs[j] = items[k]
+        out[j] = compared[j].options[k]
+    for j, earlier in plan.copies.items():
+        out[j] = out[earlier]
+    return out
 
 
 def score_rows(

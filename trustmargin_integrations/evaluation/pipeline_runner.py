@@ -108,8 +108,8 @@ def run_pipeline(
                         rec.decision.direct_answer) for rec in records]
 
     # The pipelines' answers and the run's Direct answers are short answers of the product's
-    # own prompts: scored whole, as the paper scores its answers (shorthand "sentence": a
-    # short answer is its own sentence), not compared as a chain's chat texts.
+    # own prompts: scored whole, as the paper scores its answers, not compared as a chain's
+    # chat texts.
     short = short_answer_arbiter(tm)
 
     def run_and_arbitrate(chunk: Sequence[int]) -> list[dict[str, Any]]:

@@ -182,9 +182,9 @@ def example_key(tm: TrustMargin, settings: Mapping[str, Any], question: str,
 def short_answer_arbiter(tm: TrustMargin) -> TrustMargin:
     """``tm`` for short answers of the product's own prompts given back as texts (a noise
     run's Direct answers, other pipelines' answers): each scored whole, the paper's way,
-    rather than compared as a chain's chat texts (the ``"sentence"`` form leaves a short
-    single-line answer as it is); the same model, nothing reloaded."""
-    return TrustMargin(tm.backend, tm.config.model_copy(update={"scoring_form": "sentence"}))
+    rather than compared as a chain's chat texts (the ``"paper"`` form cuts a given text as a
+    generation is cut); the same model, nothing reloaded."""
+    return TrustMargin(tm.backend, tm.config.model_copy(update={"scoring_form": "paper"}))
 
 
 def _input(pending: _Pending) -> dict[str, Any]:
