@@ -1,16 +1,18 @@
-"""Framing invariance of chat-text arbitration: per framing and per scoring form, the share of
+"""Framing invariance of chat-text arbitration, per framing and per scoring form: the share of
 strict disagreements whose framed decision keeps the bare pair's side (away from near-ties,
-|M - tau| >= 0.25) and the number of framed decisions that claim agreement (must be 0).
+|M - tau| >= 0.25) next to what a text-blind decision would reach at the same base rates, the
+number of framed decisions that claim agreement (must be 0), and the F1 of the framed decisions
+next to the bare decisions' F1 (each graded on the bare answer of the side it kept).
 
 The disagreements are the model's own: each question is answered both ways under the paper's
-prompts, and the pairs whose short answers differ are kept. Both sides are then wrapped in the
-same framing (:data:`~trustmargin_integrations.evaluation.framing.FRAMINGS`: lead-ins in six
-languages, a chain-of-thought preamble, markdown, a citation, a trailing caveat, the answer
-restated) and arbitrated as a chain's texts are. Also prints each form's arbitration time per
-question for the framed texts at batch 8.
+prompts, and the pairs whose short answers differ are kept. Two suites: the same framing on
+both sides (:data:`~trustmargin_integrations.evaluation.framing.FRAMINGS`) and a closed-book
+style framing on Direct's side with a RAG style framing on RAG's
+(:data:`~trustmargin_integrations.evaluation.framing.MIXED_FRAMINGS`). Also prints each form's
+arbitration time per framed question at batch 8.
 
 Usage: python benchmarks/framing.py [--limit 40] [--model smollm2-135m] [--dtype bfloat16]
-       [--form differential --form sentence] [--data-dir ../shared/data/raw] [--out table.md]
+       [--form differential --form extract] [--data-dir ../shared/data/raw] [--out table.md]
 """
 
 from __future__ import annotations
@@ -23,7 +25,10 @@ from pathlib import Path
 from trustmargin_integrations import TrustMargin
 from trustmargin_integrations.evaluation.datasets import load_dataset
 from trustmargin_integrations.evaluation.framing import (
+    FRAMINGS,
+    MIXED_FRAMINGS,
     FramingRow,
+    decision_f1,
     disagreements,
     invariance,
     invariance_table,
@@ -34,7 +39,7 @@ from trustmargin_integrations.evaluation.pipeline_runner import first_of_each_ty
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "raw"
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, list[FramingRow]]:
+def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, list[FramingRow]]]:
     """Measure and print the invariance table (one column pair per scoring form)."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--dataset", action="append", default=None)
@@ -52,19 +57,27 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[FramingRow]]:
     for name in args.dataset or ["cwq", "2wiki", "hotpotqa"]:
         examples = first_of_each_type(load_dataset(name, args.data_dir), args.limit,
                                       lambda e: e.meta.get("type", ""))
-        questions += [(e.question, [p.as_context() for p in e.passages or ()])
-                      for e in examples]
+        questions += [(e.question, [p.as_context() for p in e.passages or ()],
+                       list(e.answers)) for e in examples]
     pairs = disagreements(tm, questions, progress=True)
-    results: dict[str, list[FramingRow]] = {}
+    results: dict[str, dict[str, list[FramingRow]]] = {"same": {}, "mixed": {}}
+    bare_f1: dict[str, float] = {}
     seconds: dict[str, float] = {}
+    framings = {**FRAMINGS, **MIXED_FRAMINGS}
     for form in args.form or FORMS:
         arbiter = TrustMargin(tm.backend, tm.config.model_copy(update={"scoring_form": form}))
         start = time.perf_counter()
-        _, results[form] = invariance(arbiter, pairs, progress=True)
-        seconds[form] = (time.perf_counter() - start) / (len(pairs) * (1 + len(results[form])))
+        bare, rows = invariance(arbiter, pairs, framings, progress=True)
+        seconds[form] = (time.perf_counter() - start) / (len(pairs) * (1 + len(rows)))
+        bare_f1[form] = decision_f1(bare, pairs)
+        results["same"][form] = rows[:len(FRAMINGS)]
+        results["mixed"][form] = rows[len(FRAMINGS):]
     lines = [f"Framing invariance, {tm.backend.model_id}: {len(pairs)} strict disagreements "
-             f"among {len(questions)} questions (PRAG BM25 top-3 passages).", "",
-             *invariance_table(results), "",
+             f"among {len(questions)} questions (PRAG BM25 top-3 passages). Small samples: "
+             "each rate's denominator is shown.", "",
+             "Same framing on both sides:", "", *invariance_table(results["same"], bare_f1), "",
+             "Closed-book framing on Direct, RAG framing on RAG:", "",
+             *invariance_table(results["mixed"], bare_f1), "",
              "Arbitration time per framed question (batch 8, both texts given): "
              + ", ".join(f"{f} {s:.3f} s" for f, s in seconds.items()) + "."]
     text = "\n".join(lines)

@@ -116,9 +116,9 @@ def test_arbitrating_never_changes_what_the_caller_passed(tm: TrustMargin) -> No
 
 
 def test_each_pair_is_compared_once(tm: TrustMargin, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Whether two answers agree is found once per pair (by the paper's comparison of short
-    answers, or by aligning two chat texts) and passed on to settling and the record."""
-    compared = _counting(monkeypatch, comparisons, "answers_agree")
+    """Whether two answers agree is found once per pair (by reading a list's short answers,
+    or by aligning two chat texts) and passed on to settling and the record."""
+    compared = _counting(monkeypatch, comparisons, "same_reading")
     aligned = _counting(monkeypatch, comparisons, "differential")
     agreeing = tm.arbitrate(QUESTION, [PASSAGE], direct_answer="**Answer:** Marta Okonkwo",
                             rag_answer="### Answer\nMarta Okonkwo.")

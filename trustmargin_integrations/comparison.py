@@ -47,11 +47,14 @@ class Span:
 
 @dataclass(frozen=True)
 class Stretch:
-    """One place where the two texts differ: Direct's span and RAG's, and ``asked``: how
-    many of the question's words stand next to it on both sides (:func:`near_question`)."""
+    """One place where the two texts differ: Direct's span and RAG's in the given texts, the
+    same in their :func:`~trustmargin_integrations.reading.plain` forms (what is scored), and
+    ``asked``: how many of the question's words stand next to it (:func:`near_question`)."""
 
     direct: Span
+    direct_plain: Span
     rag: Span
+    rag_plain: Span
     asked: int = 0
 
 
@@ -82,7 +85,7 @@ def differential(direct: str, rag: str, question: str = "") -> Comparison:
                  if not {t.key for t in (*left[op[1]:op[2]], *right[op[3]:op[4]])} <= asked]
     chosen = (answering or changed)[:MAX_STRETCHES]
     return Comparison(agree=False, stretches=tuple(
-        Stretch(_span(left, i1, i2), _span(right, j1, j2),
+        Stretch(*_span(left, i1, i2), *_span(right, j1, j2),
                 near_question(left, i1, i2, asked) + near_question(right, j1, j2, asked))
         for _, i1, i2, j1, j2 in chosen))
 
@@ -109,7 +112,7 @@ def _widened(op: tuple[str, int, int, int, int], n_left: int, n_right: int
     return tag, i1 - 1, i2, j1 - 1, j2
 
 
-def _span(tokens: Sequence[Token], i1: int, i2: int) -> Span:
+def _span(tokens: Sequence[Token], i1: int, i2: int) -> tuple[Span, Span]:
     """The place of ``tokens[i1:i2]`` in the text, widened to whole words: over the tokens
     that touch it without a space between (``5`` before ``%``, ``-`` inside ``e-mail``).
     Markdown marks and sentence punctuation are no tokens and are not taken in, and neither
@@ -118,11 +121,12 @@ def _span(tokens: Sequence[Token], i1: int, i2: int) -> Span:
         i1 -= 1
     while i2 < len(tokens) and _touch(tokens[i2 - 1], tokens[i2]):
         i2 += 1
-    return Span(tokens[i1].start, tokens[i2 - 1].end)
+    first, last = tokens[i1], tokens[i2 - 1]
+    return Span(first.start, last.end), Span(first.plain_start, last.plain_end)
 
 
 def _touch(before: Token, after: Token) -> bool:
-    return before.end == after.start and not (is_ideograph(before.key[:1])
+    return before.plain_end == after.plain_start and not (is_ideograph(before.key[:1])
                                               or is_ideograph(after.key[:1]))
 
 

@@ -23,6 +23,7 @@ decide.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -57,12 +58,15 @@ _IDEOGRAPH_CHAR = re.compile(rf"[{_IDEOGRAPH}]")
 
 @dataclass(frozen=True)
 class Token:
-    """One token of a reading: its ``key`` (what is compared) and where it stands in the text
-    (``text[start:end]``)."""
+    """One token of a reading: its ``key`` (what is compared), where it stands in the text
+    (``text[start:end]``) and in the text's :func:`plain` form (``plain_start``,
+    ``plain_end``)."""
 
     key: str
     start: int
     end: int
+    plain_start: int
+    plain_end: int
 
 
 @dataclass
@@ -159,6 +163,20 @@ def _ungroup_digits(cells: list[_Cell]) -> None:
 
 def read(text: str) -> tuple[Token, ...]:
     """The reading of ``text``: its tokens in order, each with its key and its place."""
+    return _reading(text)[0]
+
+
+def plain(text: str) -> str:
+    """``text`` as a reader sees it: NFC, without invisible characters, markdown marks or digit
+    grouping, with typographic variants in their plain form; case, punctuation and line breaks
+    kept. What is scored of a chain's text, so that nothing a reader does not see moves a
+    likelihood."""
+    return _reading(text)[1]
+
+
+@functools.lru_cache(maxsize=4096)
+def _reading(text: str) -> tuple[tuple[Token, ...], str]:
+    # Cached: a pair's texts are read for alignment, agreement and scoring alike.
     cells = _cells(text)
     _mark_markdown(cells)
     _ungroup_digits(cells)
@@ -174,8 +192,8 @@ def read(text: str) -> tuple[Token, ...]:
                 continue
         key = visible[start:end]
         tokens.append(Token(key if code else key.casefold(), kept[start].start,
-                            kept[end - 1].end))
-    return tuple(tokens)
+                            kept[end - 1].end, start, end))
+    return tuple(tokens), visible
 
 
 def _trim_sentence_punctuation(text: str, start: int, end: int) -> tuple[int, int]:

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from trustmargin_integrations.vocabulary import Choice, LambdaBind, Reason, Tau
 
 Source = Literal["direct", "rag", "agree"]
-CompareForm = Literal["paper", "differential", "extract", "whole"]
+CompareForm = Literal["paper", "differential", "extract", "whole", "sentence"]
 """What a decision compared (``Decision.scoring_form``)."""
 DecisionReason = Reason
 
@@ -189,8 +189,9 @@ class Decision(BaseModel):
         description="What was compared: 'paper' (short answers, the paper's scoring), "
                     "'differential' (the place where two chain texts say different things "
                     "that depends most on the question, see direct_spans/rag_spans), "
-                    "'extract' (the short answers the model read in the texts) or 'whole' "
-                    "(texts as given, clean_answers=False).")
+                    "'extract' (the short answers the model read in the texts), 'whole' "
+                    "(texts as given, clean_answers=False) or, in records written by "
+                    "earlier versions, 'sentence' (the answering sentence).")
     direct_spans: list[tuple[int, int]] | None = Field(
         None, exclude_if=_none,
         description="Character spans [start, end) of the Direct text (direct_raw, else "

@@ -18,7 +18,7 @@ from trustmargin_integrations.backends.base import ModelSession
 from trustmargin_integrations.comparison import Span, differential, scored_text
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.prompts import extract_prompt
-from trustmargin_integrations.reading import same_reading, stated_in
+from trustmargin_integrations.reading import plain, same_reading, stated_in
 from trustmargin_integrations.schema import CompareForm, ViewLikelihoods
 
 # A stated short answer is a phrase: a few tokens, never the whole text again.
@@ -85,9 +85,12 @@ def by_difference(question: str, direct: str, rag: str) -> Compared:
     if found.agree or not found.stretches:
         return whole("differential", direct, rag, agree=found.agree)
     near = max(s.asked for s in found.stretches)
-    each = [Compared("differential", False, pieces(direct, (s.direct,)), pieces(rag, (s.rag,)),
-                     scored_text(direct, (s.direct,)), scored_text(rag, (s.rag,)),
-                     (s.direct,), (s.rag,))
+    # What is scored is the plain form (reading.plain): nothing a reader does not see (an
+    # invisible character, NFD, digit grouping, emphasis) moves a likelihood.
+    shown = plain(direct), plain(rag)
+    each = [Compared("differential", False, pieces(shown[0], (s.direct_plain,)),
+                     pieces(shown[1], (s.rag_plain,)), scored_text(direct, (s.direct,)),
+                     scored_text(rag, (s.rag,)), (s.direct,), (s.rag,))
             for s in found.stretches if s.asked == near]
     return replace(each[0], options=tuple(each)) if len(each) > 1 else each[0]
 
