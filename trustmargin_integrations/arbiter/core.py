@@ -40,6 +40,7 @@ from trustmargin_integrations.validation import (
     ArbitrationInput,
     FieldNames,
     RagCandidatesInput,
+    check_instance,
     is_blank_text,
     validate_input,
 )
@@ -69,13 +70,8 @@ class TrustMargin:
             raise InvalidInputError("backend", f"a {type(backend).__name__} is not a Backend",
                                     "pass TrustMargin.from_pretrained(model) or a Backend "
                                     "such as HFBackend.load(model)")
-        if isinstance(config, Mapping):
-            config = TrustMarginConfig.model_validate(dict(config))
-        elif config is not None and not isinstance(config, TrustMarginConfig):
-            raise InvalidInputError("config", f"a {type(config).__name__} is not a config",
-                                    "pass a TrustMarginConfig or a dict of its fields")
         self.backend = backend
-        self.config = config or TrustMarginConfig()
+        self.config = _config(config) or TrustMarginConfig()
 
     @classmethod
     def from_pretrained(
@@ -107,6 +103,7 @@ class TrustMargin:
         ``backend_kwargs`` go to the backend (``device``, ``dtype``, ``progress``, ...).
         """
         spec = BackendSpec.coerce(model, "model")
+        config = _config(config)
         # A bad file fails before the model loads.
         fitted = calibration_for(calibration, spec.model, config)
         backend = load_backend(spec, field="model", **backend_kwargs)
@@ -342,6 +339,8 @@ class TrustMargin:
     def decide(self, evidence: Evidence, policy: Policy | None = None) -> Decision:
         """The Decision of scored ``evidence`` (:meth:`score_batch`) under ``policy``
         (default: the config's). Runs no model."""
+        check_instance(evidence, Evidence, "evidence",
+                       "pass one item of the list score_batch returns")
         return assemble_decision(evidence, config=self.config,
                                  policy=self._policies(policy, 1)[0])
 
@@ -438,3 +437,13 @@ def _listed(inputs: Any) -> list[Any]:
                                 "pass a list of {question, passages, ...} objects (wrap a "
                                 "single input in a list, or call arbitrate)")
     return list(inputs)
+
+
+def _config(config: TrustMarginConfig | Mapping[str, Any] | None) -> TrustMarginConfig | None:
+    """``config`` checked (a dict of its fields is validated), None when not given."""
+    if isinstance(config, Mapping):
+        return TrustMarginConfig.model_validate(dict(config))
+    if config is not None and not isinstance(config, TrustMarginConfig):
+        raise InvalidInputError("config", f"a {type(config).__name__} is not a config",
+                                "pass a TrustMarginConfig or a dict of its fields")
+    return config
