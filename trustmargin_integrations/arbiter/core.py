@@ -27,7 +27,7 @@ from trustmargin_integrations.arbiter.decision import Evidence, assemble_decisio
 from trustmargin_integrations.arbiter.plan import plan_question, score_rows
 from trustmargin_integrations.arbiter.preparation import PreparedQuestion, prepare_valid
 from trustmargin_integrations.backends.base import Backend
-from trustmargin_integrations.backends.loading import load_backend
+from trustmargin_integrations.backends.loading import load_backend, recorded_model_id
 from trustmargin_integrations.backends.spec import BackendSpec
 from trustmargin_integrations.calibration_file import AUTO, Calibration, calibration_for
 from trustmargin_integrations.config import TrustMarginConfig, check_rule_value
@@ -106,6 +106,8 @@ class TrustMargin:
         config = _config(config)
         # A bad file fails before the model loads.
         fitted = calibration_for(calibration, spec.model, config)
+        if fitted is not None:
+            fitted.checked_config(recorded_model_id(spec), PROMPT_VERSION, config)
         backend = load_backend(spec, field="model", **backend_kwargs)
         return cls(backend, config) if fitted is None else cls.calibrated(backend, fitted, config)
 
@@ -123,9 +125,9 @@ class TrustMargin:
                 or prompt version, or is not a calibration file.
         """
         fitted = Calibration.coerce(calibration, model=backend.model_id)
-        fitted.check(backend.model_id, PROMPT_VERSION)
+        settings = fitted.checked_config(backend.model_id, PROMPT_VERSION, config)
         fitted.warn_other_backend(backend.capabilities.kind, backend.capabilities.model)
-        return cls(backend, fitted.apply(config))
+        return cls(backend, settings)
 
     # -- the pipeline -----------------------------------------------------------------------
 

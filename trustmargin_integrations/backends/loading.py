@@ -65,6 +65,17 @@ def _check_keywords(engine: Any, given: dict[str, Any], spec: BackendSpec) -> No
                                     f"drop it; the backend takes {options}")
 
 
+def recorded_model_id(spec: str | BackendSpec) -> str:
+    """The ``model_id`` the backend ``spec`` names will record, before it loads (a
+    calibration's model is checked against it before any load)."""
+    chosen = BackendSpec.coerce(spec)
+    if chosen.kind == "openai":
+        return chosen.model
+    from trustmargin_integrations.model_store import model_id_for
+
+    return model_id_for(chosen.model)
+
+
 def check_backend(spec: str | BackendSpec, *, device: str | None = None, dtype: Any = None,
                   max_concurrency: int | None = None, field: str = "model") -> BackendSpec:
     """``spec`` parsed, with every check :func:`load_backend` makes before it loads
