@@ -17,17 +17,9 @@ from typing import Any
 import pytest
 from cli_support import run_main
 from fault_server import Answer, FaultServer, Seen, echo_answer
+from test_fault_server import RECORDS
 
 from trustmargin_integrations.backends.openai_compat import load_tokenizer
-
-RECORDS = [
-    {"id": "tower", "question": "Who designed the Eiffel Tower?",
-     "passages": ["The Eiffel Tower was designed by the company of Gustave Eiffel."],
-     "direct_answer": "Gustave Eiffel", "rag_answer": "Stephen Sauvestre"},
-    {"id": "louvre", "question": "In which city is the Louvre?",
-     "passages": ["The Louvre is the world's most visited museum, in Paris."],
-     "direct_answer": "Lyon", "rag_answer": "Paris"},
-]
 
 
 @pytest.fixture(scope="module")
