@@ -189,8 +189,14 @@ class Calibration(BaseModel):
         """Read a calibration file written by ``trustmargin calibrate``."""
         file = Path(path)
         if not file.is_file():
-            raise InvalidInputError("calibration", f"{file} does not exist",
-                                    "pass the file written by `trustmargin calibrate RUN_DIR`")
+            # Say what it is: a folder or /dev/null "does not exist" sent users looking for
+            # a typo in a path that exists.
+            what = ("is a directory" if file.is_dir() else
+                    "is not a regular file (a device, FIFO or socket)" if file.exists()
+                    else "does not exist")
+            raise InvalidInputError("calibration", f"{file} {what}",
+                                    "pass the file written by `trustmargin calibrate RUN_DIR` "
+                                    "or `trustmargin check`")
         try:
             text = strict_json.read_text(file, "calibration")
             # Duplicate keys, NaN, nesting and huge integers: refused by the strict reader.
@@ -250,6 +256,20 @@ class Calibration(BaseModel):
                 "calibration", f"was fitted with prompt version {self.prompt_version!r}, "
                 f"this package uses {prompt_version!r}",
                 "re-run `trustmargin eval` with this package, then `trustmargin calibrate`")
+
+    def checked_config(self, model_id: str, prompt_version: str,
+                       config: TrustMarginConfig | None = None) -> TrustMarginConfig:
+        """The config this file gives ``model_id`` (:meth:`check`, then :meth:`apply`), every
+        refusal named ``calibration``: a number the config refuses (``tau`` 1e10) is the
+        file's fault, and is found before any model loads."""
+        self.check(model_id, prompt_version)
+        try:
+            return self.apply(config)
+        except InvalidInputError as exc:
+            raise InvalidInputError("calibration", f"holds a value the arbiter refuses "
+                                    f"({exc.field}: {exc.problem})",
+                                    "re-create it with `trustmargin calibrate RUN_DIR` or "
+                                    "`trustmargin check`") from None
 
     def warn_other_backend(self, kind: str, model: str) -> None:
         """Log a warning when the file was fitted on another engine or engine model than

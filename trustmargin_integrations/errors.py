@@ -8,6 +8,31 @@ if TYPE_CHECKING:  # only read (``exc.errors()``): this module imports nothing a
     from pydantic import ValidationError
 
 
+VALUE_LIMIT = 200
+"""The most characters of one user value an error message quotes (:func:`clip`)."""
+MESSAGE_LIMIT = 2000
+"""The most characters of a whole error line (:func:`clip_message`)."""
+
+
+def clip(text: str, limit: int = VALUE_LIMIT) -> str:
+    """``text`` cut to ``limit`` characters with the count of what was cut, for quoting a
+    user's value in a message: a 100,000-character model name is named by its head."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit:,} more characters)"
+
+
+def clip_message(message: str, limit: int = MESSAGE_LIMIT) -> str:
+    """An error line cut to about ``limit`` characters, its ``Fix: ...`` kept whole when it
+    fits: the head says what failed, the fix what to do."""
+    if len(message) <= limit:
+        return message
+    head, sep, fix = message.rpartition(". Fix: ")
+    if not sep or len(fix) > limit // 2:
+        return clip(message, limit)
+    return f"{clip(head, limit - len(fix))}. Fix: {fix}"
+
+
 class TrustMarginError(Exception):
     """Base class for every error this package raises on purpose."""
 

@@ -240,19 +240,32 @@ def cached_conversion(gguf: Path) -> Path:
     return convert_gguf(gguf, out)
 
 
+def model_id_for(model: str) -> str:
+    """The id a local model is recorded under (in every Decision and cache key), known
+    before it loads: a named model's name, a directory's or GGUF file's path, else the
+    Hugging Face id as given."""
+    if model in REGISTRY:
+        return model
+    path = Path(model).expanduser()
+    if path.is_dir() or (path.is_file() and path.suffix == ".gguf"):
+        return str(path)
+    return model
+
+
 def resolve_model(model: str) -> tuple[str, Path | None]:
     """Map a name, directory, GGUF file or hub id to ``(model_id, local_directory_or_None)``.
 
     A ``None`` directory means "a Hugging Face hub id": transformers downloads it on a machine
     that is online.
     """
+    model_id = model_id_for(model)
     if model in REGISTRY:
-        return model, cached_conversion(REGISTRY[model].locate())
+        return model_id, cached_conversion(REGISTRY[model].locate())
     path = Path(model).expanduser()
     if path.is_file() and path.suffix == ".gguf":
-        return str(path), cached_conversion(path)
+        return model_id, cached_conversion(path)
     if path.is_dir():
-        return str(path), path
+        return model_id, path
     looks_local = model.startswith((".", "/", "~")) or model.endswith(".gguf")
     if looks_local or path.exists():
         raise ModelLoadError(

@@ -169,6 +169,15 @@ def key_settings(
     return {"model": model, "config": rule, **{k: v for k, v in backend.items() if v}}
 
 
+def server_identity(specs: Sequence[Any]) -> dict[str, str]:
+    """The key settings of a server run: the served model and the tokenizer the prompts are
+    counted with, the same for every fleet of that model (members are checked to serve the
+    same numbers as they load), so reordering the URLs, one member or a ``/v1`` suffix
+    resumes the run; a URL list keyed every fleet apart."""
+    first = specs[0]
+    return {"engine": f"{first.kind}:{first.model}", "tokenizer": first.tokenizer_source}
+
+
 def run_score(
     input_path: Path,
     output: Path,

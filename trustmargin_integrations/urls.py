@@ -40,34 +40,54 @@ _installed = False
 _guard = threading.Lock()
 
 
-def _split(url: str) -> tuple[str, str | None]:
-    """``url`` without its user-info, and that user-info (None when there is none).
+# A URL's scheme as RFC 3986 spells it; "://" elsewhere (inside a password) starts nothing.
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
 
-    The user-info ends at the LAST ``@`` before any ``?`` or ``#``, not at the first ``/``:
-    users type passwords with an unencoded ``/`` or ``@`` (``http://admin:se/PW@host``),
-    which RFC 3986 forbids but which must never be shown. The price is that an ``@`` in the
-    path of a URL without credentials is read as one; server URLs have no such paths.
+
+def _parts(url: str) -> tuple[str, str | None, str]:
+    """(``scheme://`` or "", the user-info or None, the rest after the user-info's ``@``).
+
+    Credentials are found before anything splits on ``?`` or ``#``: the user-info ends at
+    the LAST ``@`` of the text. Users type passwords with unencoded ``/``, ``@``, ``#`` and
+    ``?`` (``http://admin:s3cr#et@host``), which RFC 3986 forbids; splitting on ``#`` first
+    printed ``http://admin:s3cr`` and read ``admin:1234#5@host`` as host ``admin``, port
+    1234. The price: an ``@`` after the host (in a path, query or a served model's name
+    after ``#``) is read as the end of credentials, so everything before it is hidden and
+    never shown; server URLs and model names have no ``@``.
     """
     text = str(url).strip()
-    scheme, sep, rest = text.partition("://")
-    prefix = f"{scheme}{sep}" if sep else ""
-    if not sep:
-        rest = text  # no scheme: "user:secret@host:9200"
-    at = re.split(r"[?#]", rest, maxsplit=1)[0].rfind("@")
+    scheme = _SCHEME.match(text)
+    prefix = scheme.group() if scheme else ""
+    rest = text[len(prefix):]  # no scheme: "user:secret@host:9200"
+    at = rest.rfind("@")
     if at < 0:
-        return text, None
-    return prefix + rest[at + 1:], rest[:at]
+        return prefix, None, rest
+    return prefix, rest[:at], rest[at + 1:]
+
+
+def _split(url: str) -> tuple[str, str | None]:
+    """``url`` without its user-info, and that user-info (None when there is none)."""
+    prefix, userinfo, rest = _parts(url)
+    return prefix + rest, userinfo
 
 
 def redact_url(url: str) -> str:
     """``url`` without any ``user:password@`` part and without a query string or fragment.
 
     A URL without a scheme (``user:secret@host:9200``), with a malformed port or with an
-    unencoded ``/`` or ``@`` in its password is still redacted: everything up to the last
-    ``@`` of the URL before its query goes.
+    unencoded ``/``, ``@``, ``#`` or ``?`` in its password is still redacted: everything up
+    to the last ``@`` of the URL goes.
     """
     clean, _ = _split(url)
     return re.split(r"[?#]", clean, maxsplit=1)[0]
+
+
+def split_fragment(url: str) -> tuple[str, str]:
+    """``url`` (credentials kept) up to its first ``#`` after the credentials, and the text
+    after that ``#`` ("" when there is none): a ``#`` inside a password is not a fragment."""
+    prefix, userinfo, rest = _parts(url)
+    base, _, fragment = rest.partition("#")
+    return prefix + ("" if userinfo is None else userinfo + "@") + base, fragment
 
 
 def split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:

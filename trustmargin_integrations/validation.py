@@ -32,7 +32,7 @@ from pydantic import (
     model_validator,
 )
 
-from trustmargin_integrations.errors import InvalidInputError, invalid_input, typed_error
+from trustmargin_integrations.errors import InvalidInputError, clip, invalid_input, typed_error
 from trustmargin_integrations.schema import Passage, PassageRef
 
 NamedText = tuple[str | None, str]
@@ -449,6 +449,25 @@ def check_items(value: Any, field_name: str, kind: type, *, what: str, empty_fix
             raise InvalidInputError(f"{field_name}[{index}]", f"is a {type(item).__name__}, "
                                     f"not a {kind.__name__}", item_fix)
     return list(value)
+
+
+def check_instance(value: Any, kind: type, field_name: str, fix: str) -> Any:
+    """``value`` (unchanged) when it is a ``kind``; else an error naming ``field_name``
+    (an attribute error or an assertion deep inside was all a caller got before)."""
+    if not isinstance(value, kind):
+        raise InvalidInputError(field_name, f"a {type(value).__name__} is not a "
+                                f"{kind.__name__}", fix)
+    return value
+
+
+def check_count(value: Any, field_name: str, low: int, high: int, fix: str) -> int:
+    """A whole number in ``low..high`` (``bool`` and floats are refused), named
+    ``field_name``: a count that sizes work (requests in flight) is bounded above too, so
+    ``--concurrency 100000000000000000000`` is refused, not accepted."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidInputError(field_name, f"must be a whole number in {low}..{high:,}, got "
+                                f"{clip(repr(value))}", fix)
+    return value
 
 
 def check_retriever(value: Any, field_name: str = "retriever") -> Any:

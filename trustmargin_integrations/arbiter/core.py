@@ -27,7 +27,7 @@ from trustmargin_integrations.arbiter.decision import Evidence, assemble_decisio
 from trustmargin_integrations.arbiter.plan import choose_stretches, plan_question, score_rows
 from trustmargin_integrations.arbiter.preparation import PreparedQuestion, prepare_valid
 from trustmargin_integrations.backends.base import Backend
-from trustmargin_integrations.backends.loading import load_backend
+from trustmargin_integrations.backends.loading import load_backend, recorded_model_id
 from trustmargin_integrations.backends.spec import BackendSpec
 from trustmargin_integrations.calibration_file import AUTO, Calibration, calibration_for
 from trustmargin_integrations.config import TrustMarginConfig, check_rule_value
@@ -40,6 +40,7 @@ from trustmargin_integrations.validation import (
     ArbitrationInput,
     FieldNames,
     RagCandidatesInput,
+    check_instance,
     is_blank_text,
     validate_input,
 )
@@ -69,13 +70,8 @@ class TrustMargin:
             raise InvalidInputError("backend", f"a {type(backend).__name__} is not a Backend",
                                     "pass TrustMargin.from_pretrained(model) or a Backend "
                                     "such as HFBackend.load(model)")
-        if isinstance(config, Mapping):
-            config = TrustMarginConfig.model_validate(dict(config))
-        elif config is not None and not isinstance(config, TrustMarginConfig):
-            raise InvalidInputError("config", f"a {type(config).__name__} is not a config",
-                                    "pass a TrustMarginConfig or a dict of its fields")
         self.backend = backend
-        self.config = config or TrustMarginConfig()
+        self.config = _config(config) or TrustMarginConfig()
 
     @classmethod
     def from_pretrained(
@@ -107,8 +103,11 @@ class TrustMargin:
         ``backend_kwargs`` go to the backend (``device``, ``dtype``, ``progress``, ...).
         """
         spec = BackendSpec.coerce(model, "model")
+        config = _config(config)
         # A bad file fails before the model loads.
         fitted = calibration_for(calibration, spec.model, config)
+        if fitted is not None:
+            fitted.checked_config(recorded_model_id(spec), PROMPT_VERSION, config)
         backend = load_backend(spec, field="model", **backend_kwargs)
         return cls(backend, config) if fitted is None else cls.calibrated(backend, fitted, config)
 
@@ -126,9 +125,9 @@ class TrustMargin:
                 or prompt version, or is not a calibration file.
         """
         fitted = Calibration.coerce(calibration, model=backend.model_id)
-        fitted.check(backend.model_id, PROMPT_VERSION)
+        settings = fitted.checked_config(backend.model_id, PROMPT_VERSION, config)
         fitted.warn_other_backend(backend.capabilities.kind, backend.capabilities.model)
-        return cls(backend, fitted.apply(config))
+        return cls(backend, settings)
 
     # -- the pipeline -----------------------------------------------------------------------
 
@@ -342,6 +341,8 @@ class TrustMargin:
     def decide(self, evidence: Evidence, policy: Policy | None = None) -> Decision:
         """The Decision of scored ``evidence`` (:meth:`score_batch`) under ``policy``
         (default: the config's). Runs no model."""
+        check_instance(evidence, Evidence, "evidence",
+                       "pass one item of the list score_batch returns")
         return assemble_decision(evidence, config=self.config,
                                  policy=self._policies(policy, 1)[0])
 
@@ -439,3 +440,13 @@ def _listed(inputs: Any) -> list[Any]:
                                 "pass a list of {question, passages, ...} objects (wrap a "
                                 "single input in a list, or call arbitrate)")
     return list(inputs)
+
+
+def _config(config: TrustMarginConfig | Mapping[str, Any] | None) -> TrustMarginConfig | None:
+    """``config`` checked (a dict of its fields is validated), None when not given."""
+    if isinstance(config, Mapping):
+        return TrustMarginConfig.model_validate(dict(config))
+    if config is not None and not isinstance(config, TrustMarginConfig):
+        raise InvalidInputError("config", f"a {type(config).__name__} is not a config",
+                                "pass a TrustMarginConfig or a dict of its fields")
+    return config

@@ -13,6 +13,7 @@ from trustmargin_integrations.arbiter.plan import Plan
 from trustmargin_integrations.arbiter.preparation import PreparedQuestion
 from trustmargin_integrations.comparison import Span
 from trustmargin_integrations.config import TrustMarginConfig
+from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.prompts import PROMPT_VERSION
 from trustmargin_integrations.rule import (
     Margins,
@@ -28,6 +29,7 @@ from trustmargin_integrations.schema import (
     ViewLikelihoods,
     given_text,
 )
+from trustmargin_integrations.validation import check_items
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,7 @@ def _outcome(plan: Plan, scores: list[ViewLikelihoods] | None, n_options: int,
     margins: list[Margins | None] = [None] * n_options
     if plan.verdict is not None:
         return _Outcome(plan.verdict, plan.verdict, [None] * n_options, likelihoods, margins)
-    assert scores is not None  # unsettled rows are always scored
+    scores = _checked_scores(scores, plan)
     direct_of: list[ViewLikelihoods | None] = [None] * n_options
     for j in plan.scored:
         d, r = plan.pairs[j]
@@ -101,6 +103,20 @@ def _outcome(plan: Plan, scores: list[ViewLikelihoods] | None, n_options: int,
         margins[j] = Margins(0.0, 0.0, 0.0)
     decided = apply_policy(policy, margins)
     return _Outcome(decided.rule, decided.paper, direct_of, likelihoods, margins)
+
+
+def _checked_scores(scores: list[ViewLikelihoods] | None, plan: Plan
+                    ) -> list[ViewLikelihoods]:
+    """The likelihoods of an unsettled question, when they hold every scored pair's: an
+    Evidence built by hand (``scores=None``) was a bare AssertionError deep inside."""
+    fix = "pass the Evidence score_batch returned, unchanged"
+    checked = check_items(scores, "evidence.scores", ViewLikelihoods, what="likelihoods",
+                          empty_fix=fix, item_fix=fix)
+    needed = 1 + max((i for j in plan.scored for i in plan.pairs[j]), default=-1)
+    if len(checked) < needed:
+        raise InvalidInputError("evidence.scores", f"holds {len(checked)} likelihoods, the "
+                                f"plan scores {needed}", fix)
+    return checked
 
 
 def _candidate_records(options: list[Candidate], compared: list[Compared],

@@ -9,6 +9,7 @@ imported lazily, so torch and transformers load only when a local model does.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -41,11 +42,38 @@ def load_backend(spec: str | BackendSpec = DEFAULT_MODEL, *, device: str | None 
     if chosen.kind == "hf":
         from trustmargin_integrations.backends.hf import HFBackend
 
+        _check_keywords(HFBackend.load, engine_kwargs, chosen)
         return HFBackend.load(chosen.model, device=device, dtype=dtype, **engine_kwargs)
     from trustmargin_integrations.backends.openai_compat import OpenAICompatBackend
 
+    _check_keywords(OpenAICompatBackend, engine_kwargs, chosen)
     return OpenAICompatBackend(chosen.url or "", chosen.model, tokenizer=chosen.tokenizer_source,
                                max_concurrency=max_concurrency or 8, **engine_kwargs)
+
+
+def _check_keywords(engine: Any, given: dict[str, Any], spec: BackendSpec) -> None:
+    """Refuse a keyword the engine does not take (named, with those it does), before it
+    loads: ``from_pretrained(foo=1)`` was a TypeError from inside ``HFBackend.load``."""
+    taken = [name for name, p in inspect.signature(engine).parameters.items()
+             if p.kind is inspect.Parameter.KEYWORD_ONLY
+             or p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+    for name in given:
+        if name not in taken:
+            options = ", ".join(n for n in taken if n not in ("cls", "self", "model",
+                                                             "base_url", "tokenizer"))
+            raise InvalidInputError(name, f"is not an option of the backend {spec}",
+                                    f"drop it; the backend takes {options}")
+
+
+def recorded_model_id(spec: str | BackendSpec) -> str:
+    """The ``model_id`` the backend ``spec`` names will record, before it loads (a
+    calibration's model is checked against it before any load)."""
+    chosen = BackendSpec.coerce(spec)
+    if chosen.kind == "openai":
+        return chosen.model
+    from trustmargin_integrations.model_store import model_id_for
+
+    return model_id_for(chosen.model)
 
 
 def check_backend(spec: str | BackendSpec, *, device: str | None = None, dtype: Any = None,
@@ -72,6 +100,10 @@ def check_backend(spec: str | BackendSpec, *, device: str | None = None, dtype: 
         if value is not None:
             raise InvalidInputError(name, f"applies to a local model, not to the server "
                                     f"{chosen}", f"drop {name}: the server chooses it")
+    if max_concurrency is not None:
+        from trustmargin_integrations.backends.openai_compat.settings import check_concurrency
+
+        check_concurrency(max_concurrency, "concurrency")
     return chosen
 
 

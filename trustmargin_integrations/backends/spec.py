@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from trustmargin_integrations.errors import InvalidInputError
-from trustmargin_integrations.urls import redact_url
+from trustmargin_integrations.errors import InvalidInputError, clip
+from trustmargin_integrations.urls import redact_url, split_fragment
 
 DEFAULT_MODEL = "smollm2-135m"
 """The model a command loads when no backend is named (the embedded SmolLM2-135M)."""
@@ -35,6 +35,22 @@ KINDS: tuple[BackendKind, ...] = ("hf", "openai")
 
 _FORMS = ("hf:MODEL (e.g. hf:smollm2-135m, hf:/path/to/model), a bare model name, or "
           "openai:URL#MODEL (e.g. openai:http://127.0.0.1:8000/v1#smollm2-135m)")
+
+
+# The longest path a file system resolves (PATH_MAX) and the longest name of one folder or
+# file in it (NAME_MAX): a longer model name can be no path, directory or Hugging Face id,
+# and reading it as a path failed with "OSError: File name too long" after the checks.
+_PATH_MAX, _NAME_MAX = 4096, 255
+
+
+def _model_name(name: str, field: str) -> str:
+    """``name`` when it can name a model (a named model, a path, a Hugging Face id)."""
+    longest = max((len(part) for part in name.replace("\\", "/").split("/")), default=0)
+    if len(name) > _PATH_MAX or longest > _NAME_MAX:
+        raise InvalidInputError(field, f"the model name {clip(repr(name))} is {len(name):,} "
+                                "characters long, longer than any model name or path",
+                                f"pass {_FORMS}")
+    return name
 
 
 @dataclass(frozen=True)
@@ -63,27 +79,30 @@ class BackendSpec:
         """
         if not isinstance(text, str) or not text.strip():
             raise InvalidInputError(field, f"must be a model name, directory, .gguf file or "
-                                    f"Hugging Face id, or a backend spec, got {text!r}",
+                                    f"Hugging Face id, or a backend spec, got {clip(repr(text))}",
                                     f"pass {_FORMS}")
         text = text.strip()
         kind, sep, rest = text.partition(":")
         # A bare name, a path (C:\... or ./x) or an HF id has no known kind before its colon.
         if not sep or kind not in KINDS:
             if sep and kind.isalpha() and len(kind) > 1 and not rest.startswith("\\"):
-                raise InvalidInputError(field, f"unknown backend kind {kind!r} in {text!r}",
+                raise InvalidInputError(field, f"unknown backend kind {clip(repr(kind))} in "
+                                        f"{clip(repr(text))}",
                                         f"use one of {', '.join(KINDS)}: {_FORMS}")
-            return cls("hf", text)
+            return cls("hf", _model_name(text, field))
         if kind == "hf":
             if not rest.strip():
-                raise InvalidInputError(field, f"{text!r} names no model", f"pass {_FORMS}")
-            return cls("hf", rest.strip())
+                raise InvalidInputError(field, f"{clip(repr(text))} names no model",
+                                        f"pass {_FORMS}")
+            return cls("hf", _model_name(rest.strip(), field))
         return cls._parse_openai(text, rest, field)
 
     @classmethod
     def _parse_openai(cls, text: str, rest: str, field: str) -> BackendSpec:
         from trustmargin_integrations.backends.openai_compat.settings import check_server_url
 
-        url, _, fragment = rest.partition("#")
+        # Credentials first: a "#" inside a password is not the spec's "#MODEL".
+        url, fragment = split_fragment(rest)
         check_server_url(url, field)
         values: dict[str, str] = {}
         for i, item in enumerate(p for p in fragment.split("&") if p):
@@ -91,8 +110,8 @@ class BackendSpec:
             if not eq and i == 0:
                 key, value = "model", item
             if key not in ("model", "tokenizer") or not value.strip() or key in values:
-                raise InvalidInputError(field, f"{item!r} after '#' in an openai spec is not "
-                                        "model=NAME or tokenizer=SOURCE (once each)",
+                raise InvalidInputError(field, f"{clip(repr(item))} after '#' in an openai "
+                                        "spec is not model=NAME or tokenizer=SOURCE (once each)",
                                         "write openai:URL#MODEL or "
                                         "openai:URL#model=NAME&tokenizer=SOURCE")
             values[key] = value.strip()
@@ -100,7 +119,9 @@ class BackendSpec:
             raise InvalidInputError(field, f"{redact_url(url)!r} names no served model",
                                     f"add it after '#': openai:{redact_url(url)}#MODEL "
                                     "(GET URL/v1/models lists the served names)")
-        return cls("openai", values["model"], url=url, tokenizer=values.get("tokenizer"))
+        tokenizer = values.get("tokenizer")
+        return cls("openai", _model_name(values["model"], field), url=url,
+                   tokenizer=None if tokenizer is None else _model_name(tokenizer, field))
 
     @classmethod
     def coerce(cls, value: str | BackendSpec, field: str = "model") -> BackendSpec:

@@ -23,7 +23,12 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperArgument, TyperCommand, TyperOption
 
-from trustmargin_integrations.errors import InvalidInputError, TrustMarginError
+from trustmargin_integrations.errors import (
+    InvalidInputError,
+    TrustMarginError,
+    clip,
+    clip_message,
+)
 from trustmargin_integrations.validation import strip_controls
 
 EXIT_INPUT = 2
@@ -54,7 +59,15 @@ class GuardedCommand(TyperCommand):
         """Parse as usual, then refuse a number option written with ``_``: Python's parsers
         read ``1_0`` as 10, which a person who typed it did not mean."""
         given = list(args)
-        rest = super().parse_args(ctx, args)
+        try:
+            rest = super().parse_args(ctx, args)
+        except typer.BadParameter as exc:
+            # click's own box (a range, a type, a missing value) would be the one refusal
+            # not in the one-line format of every other; the same facts, typed.
+            name = _option_name(exc.param) if isinstance(exc.param, TyperOption | TyperArgument) \
+                else (exc.param_hint if isinstance(exc.param_hint, str) else "option")
+            raise InvalidInputError(name, clip(exc.message or "is not valid"),
+                                    "pass a value the option accepts (see --help)") from None
         for param in self.params:
             value = ctx.params.get(param.name or "")
             if isinstance(value, bool) or not isinstance(value, int | float):
@@ -136,8 +149,14 @@ def shown_markup(text: str) -> str:
 
 
 def report(exc: TrustMarginError, console: Console) -> None:
-    """Print a typed error as one line (it quotes user text: escaped, never wrapped)."""
-    console.print(f"[red]error[/] {shown_markup(str(exc))}", soft_wrap=True)
+    """Print a typed error as one line (it quotes user text: escaped, never wrapped).
+
+    Printing is linear in the message: rich's highlighter (regular expressions over the
+    whole line) took 15 s on a 20,000-character model name and grew quadratically, so it
+    is off, and a message longer than :data:`~trustmargin_integrations.errors.MESSAGE_LIMIT`
+    keeps its head and its ``Fix:`` (:func:`~trustmargin_integrations.errors.clip`)."""
+    console.print(f"[red]error[/] {shown_markup(clip_message(str(exc)))}", soft_wrap=True,
+                  highlight=False)
 
 
 def given_paths(ctx: typer.Context) -> Iterator[tuple[str, Path]]:

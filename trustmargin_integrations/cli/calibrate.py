@@ -34,7 +34,7 @@ def calibrate(
 
     Load the result with ``TrustMargin.from_pretrained(model, calibration=FILE)``.
     """
-    from trustmargin_integrations.evaluation.bootstrap import check_resamples
+    from trustmargin_integrations.evaluation.bootstrap import check_resamples, check_seed
     from trustmargin_integrations.evaluation.calibrate_command import (
         LoadedRun,
         calibrate_run,
@@ -42,6 +42,8 @@ def calibrate(
     )
 
     check_resamples(resamples, "--resamples")  # before any model or file work
+    check_seed(seed, "--seed")
+    check_seed(split_seed, "--split-seed")
     objective = check_objective(objective, "--objective")
     if folds == 1 or folds < 0:
         raise InvalidInputError("--folds", f"must be 0 or >= 2, got {folds}",

@@ -87,12 +87,14 @@ def check(
     Load the result with ``TrustMargin.from_pretrained(model, calibration=FILE)`` or
     ``--calibration FILE``.
     """
-    from trustmargin_integrations.evaluation.bootstrap import check_resamples
+    from trustmargin_integrations.evaluation.bootstrap import check_resamples, check_seed
     from trustmargin_integrations.evaluation.calibrate_command import LoadedRun
     from trustmargin_integrations.evaluation.check_command import check_run, describe_check
     from trustmargin_integrations.evaluation.rundir import guard_output
 
     check_resamples(resamples, "--resamples")  # before any model or file work
+    check_seed(seed, "--seed")
+    check_seed(split_seed, "--split-seed")
     objective = check_objective(objective, "--objective")
     if folds < 2:
         raise InvalidInputError("--folds", f"must be >= 2, got {folds}", "use 5 (the default)")

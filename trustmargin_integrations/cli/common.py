@@ -98,6 +98,12 @@ def load_arbiter(choice: BackendChoice, *, calibration: Any = None, **config: An
     # paper's rule, as the demo and the paper's tables do; 'shipped' loads the shipped policy.
     fitted = calibration_option(calibration, choice.model, config)
     choice.check()
+    if fitted is not None:
+        from trustmargin_integrations.backends.loading import recorded_model_id
+        from trustmargin_integrations.prompts import PROMPT_VERSION
+
+        # The file's model and numbers, before the model loads (they failed 9 s in).
+        fitted.checked_config(recorded_model_id(choice.specs[0]), PROMPT_VERSION, settings)
     backend = choice.open()
     if fitted is not None:
         return TrustMargin.calibrated(backend, fitted, settings)

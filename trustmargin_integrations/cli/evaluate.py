@@ -186,6 +186,9 @@ def _check_options(*, backend: BackendChoice, limit: int | None, top_k: int, bat
             raise InvalidInputError(name, f"must be >= 1, got {value}", f"pass {name} 1 or more")
     if limit is not None and limit < 1:
         raise InvalidInputError("--limit", f"must be >= 1, got {limit}", "omit it for all")
+    from trustmargin_integrations.evaluation.bootstrap import check_seed
+
+    check_seed(rest["noise_seed"], "--noise-seed")
     items = [x.strip() for x in noise_levels.split(",") if x.strip()]
     # Digits only: int() would read "1_0" as 10 and "+1" as 1.
     if not all(x.isascii() and x.isdigit() for x in items):

@@ -30,7 +30,6 @@ from trustmargin_integrations.cli.options import (
     RemoteUrlOpt,
     TauOpt,
 )
-from trustmargin_integrations.urls import redact_url
 
 
 @command()
@@ -59,7 +58,7 @@ def score(
     complete, in input order, at the end. Keys other than the candidate fields are carried
     to each decision's metadata.
     """
-    from trustmargin_integrations.score_file import key_settings, run_score
+    from trustmargin_integrations.score_file import key_settings, run_score, server_identity
 
     choice = backend_choice(backend, model, remote_url, remote_model, device=device,
                             dtype=dtype, concurrency=concurrency)
@@ -71,10 +70,10 @@ def score(
         # The cache key holds the rule in force, so a calibrated run never reuses another's.
         settings = fitted.apply(settings)
     choice.check()
-    # A server's results are keyed by its URL, as they always were.
+    # A server's results are keyed by what computes them (the served model and the
+    # tokenizer), as check's are, not by the URLs: any fleet of the model resumes the run.
     keyed = key_settings(choice.model, settings, dtype=dtype, device=device,
-                         remote=None if choice.local else ", ".join(
-                             redact_url(spec.url or "") for spec in choice.specs))
+                         **({} if choice.local else server_identity(choice.specs)))
 
     def told(reused: int, todo: int) -> None:
         if reused:

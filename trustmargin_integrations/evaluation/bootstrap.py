@@ -149,6 +149,7 @@ def grouped_bootstrap(
             methods.
     """
     arrays, methods = _validate(groups, resamples, confidence)
+    check_seed(seed)
     point = np.mean([a.mean(axis=0) for a in arrays.values()], axis=0)
     resolved = [(_resolve(a, methods, point), _resolve(b, methods, point))
                 for a, b in comparisons]
@@ -180,6 +181,20 @@ def grouped_bootstrap(
 # Every resample keeps one mean per method: 10^8 resamples took more than 6 GB. A million
 # already puts a 95% interval's ends within about 0.01 F1 points of their limit.
 MAX_RESAMPLES = 1_000_000
+
+
+SEED_MAX = 2**32 - 1
+"""The largest seed every generator the checks use takes (numpy's and ``random``'s)."""
+
+
+def check_seed(seed: int, field: str = "seed") -> int:
+    """Refuse a seed outside ``0..SEED_MAX`` (named ``field``): numpy refuses a negative one
+    with a bare ValueError, which ``check --seed -1`` raised after the model had loaded."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
+        raise InvalidInputError(field, f"must be a whole number in 0..{SEED_MAX:,}, got "
+                                f"{seed!r}", "use 0 (the default) or another non-negative "
+                                "number")
+    return seed
 
 
 def check_resamples(resamples: int, field: str = "resamples") -> None:

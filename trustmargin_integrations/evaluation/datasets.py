@@ -30,6 +30,7 @@ from trustmargin_integrations import strict_json
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.files import write_text_atomic
 from trustmargin_integrations.schema import Passage
+from trustmargin_integrations.validation import is_blank_text
 
 
 @dataclass(frozen=True)
@@ -248,6 +249,10 @@ def load_examples(path: str | Path, dataset: str | None = None) -> list[EvalExam
         if not isinstance(rec, dict) or not isinstance(rec.get("question"), str):
             raise InvalidInputError(f"{where}.question", "is missing or not a string",
                                     "give every record a 'question' string")
+        if is_blank_text(rec["question"]):
+            # Here, before any model loads: the arbiter refused it 29 s in, as inputs[2].
+            raise InvalidInputError(f"{where}.question", "is empty or has no visible "
+                                    "character", "write the question, or remove the record")
         ident = str(rec.get("test_id", rec.get("_id", rec.get("id", i))))
         meta = {"type": str(rec["type"])} if "type" in rec else {}
         out.append(EvalExample(dataset=name, id=ident, question=rec["question"].strip(),

@@ -52,6 +52,7 @@ from trustmargin_integrations.evaluation.bootstrap import (
     BEST_SINGLE,
     DEFAULT_RESAMPLES,
     Bootstrap,
+    check_seed,
     grouped_bootstrap,
 )
 from trustmargin_integrations.evaluation.diagnostics import (
@@ -185,6 +186,7 @@ def assign_folds(datasets: Sequence[str], folds: int, seed: int) -> list[int]:
     """
     if folds < 2:
         raise InvalidInputError("--folds", f"must be >= 2, got {folds}", "use 5 (the default)")
+    check_seed(seed, "--seed")
     if len(datasets) < folds:
         raise InvalidInputError("--folds", f"{folds} folds need at least {folds} questions, "
                                 f"the run has {len(datasets)}", "lower --folds")
@@ -208,6 +210,7 @@ def split_holdout(datasets: Sequence[str], holdout: float, seed: int) -> list[bo
     if not 0 <= holdout < 1:
         raise InvalidInputError("--holdout", f"must be in [0, 1), got {holdout}",
                                 "use 0.5 to fit on half and report on the other half")
+    check_seed(seed, "--split-seed")
     rng = np.random.default_rng(seed)
     keep = [True] * len(datasets)
     for name in dict.fromkeys(datasets):

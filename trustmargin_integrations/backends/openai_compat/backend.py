@@ -34,6 +34,7 @@ from trustmargin_integrations.backends.openai_compat.settings import (
     ENV_MODEL,
     ENV_URL,
     RemoteVariables,
+    check_concurrency,
     resolve_settings,
 )
 from trustmargin_integrations.backends.openai_compat.tokenizer import served_tokenizer
@@ -122,9 +123,7 @@ class OpenAICompatBackend(LocalTokenizerMixin):
         if not isinstance(model, str) or not model.strip():
             raise InvalidInputError("model", "is empty",
                                     "give the served model name: GET /v1/models lists it")
-        if max_concurrency < 1:
-            raise InvalidInputError("max_concurrency", f"must be >= 1, got {max_concurrency}",
-                                    "allow at least one request in flight")
+        check_concurrency(max_concurrency, "max_concurrency")
         settings = resolve_settings(base_url, api_key=api_key, backoff_s=backoff_s, waits={
             "timeout_s": timeout_s, "connect_timeout_s": connect_timeout_s,
             "read_timeout_s": read_timeout_s, "max_retries": max_retries})

@@ -18,11 +18,14 @@ from pydantic import SecretStr
 from trustmargin_integrations.environment import EnvironmentGroup, secret_value
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.urls import check_header_secret, redact_url, split_credentials
+from trustmargin_integrations.validation import check_count
 from trustmargin_integrations.waits import Waits
 
 ENV_URL = "TRUSTMARGIN_REMOTE_URL"
 ENV_MODEL = "TRUSTMARGIN_REMOTE_MODEL"
 ENV_API_KEY = "TRUSTMARGIN_REMOTE_API_KEY"
+MAX_CONCURRENCY = 1024
+"""The most requests one server may have in flight: each holds a connection and a thread."""
 ENV_PREFIX = "TRUSTMARGIN_REMOTE"
 """Prefix of the wait settings: ``TRUSTMARGIN_REMOTE_TIMEOUT``, ``..._CONNECT_TIMEOUT``,
 ``..._READ_TIMEOUT``, ``..._RETRIES`` (see :mod:`trustmargin_integrations.waits`)."""
@@ -78,6 +81,12 @@ def resolve_settings(base_url: str, *, api_key: str | None, backoff_s: float,
     if key is not None:
         check_header_secret(key, source)
     return ServerSettings(root, credentials, key, source, resolved, backoff)
+
+
+def check_concurrency(value: Any, field: str = "max_concurrency") -> int:
+    """Requests in flight to one server: a whole number in 1..:data:`MAX_CONCURRENCY`."""
+    return check_count(value, field, 1, MAX_CONCURRENCY, "allow from 1 request in flight "
+                       f"up to {MAX_CONCURRENCY} (the default is 8)")
 
 
 def _check_backoff(backoff_s: Any) -> float:
