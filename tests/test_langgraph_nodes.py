@@ -14,10 +14,10 @@ import pytest
 from langchain_core.documents import Document
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.output_parsers import StrOutputParser
-from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnablePassthrough
 from langgraph.checkpoint.memory import MemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
+from test_langgraph import CORPUS, PROMPT, QUESTION  # the same graph's question and corpus
 
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.errors import InvalidInputError
@@ -30,16 +30,8 @@ from trustmargin_integrations.langchain import (
     with_trustmargin,
 )
 from trustmargin_integrations.retrieval import BM25Index
-from trustmargin_integrations.schema import Decision, Passage
+from trustmargin_integrations.schema import Decision
 
-QUESTION = "Who designed the Velmora Bridge?"
-CORPUS = [Passage(id="velmora", title="Velmora Bridge",
-                  text="The Velmora Bridge in Oststadt was designed by the engineer Tomas Rilke."),
-          Passage(id="quenby", title="Quenby", text="The Zorblat river flows through Quenby.")]
-PROMPT = ChatPromptTemplate.from_messages([
-    ("system", "Answer the question in one sentence using the context.\n\nContext:\n{context}"),
-    ("human", "{question}"),
-])
 STREAM_MODES = ["values", "updates", "custom", "messages", "debug", "checkpoints", "tasks"]
 
 
