@@ -127,6 +127,7 @@ def _row(i: int, direct_ok: bool, rag_ok: bool, chose_rag: bool) -> DemoRow:
     f1 = {"direct": float(direct_ok), "rag": float(rag_ok),
           "trustmargin": float(rag_ok if chose_rag else direct_ok),
           "oracle": float(direct_ok or rag_ok)}
+    f1["paper_rule"] = f1["trustmargin"]  # the rule decided these rows
     return DemoRow(DemoQuestion(f"q{i}", f"q{i}", ["x"], "demo"), d, f1, dict(f1))
 
 

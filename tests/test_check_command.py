@@ -63,6 +63,11 @@ def test_check_runs_end_to_end_on_a_labeled_file(
     assert "cross-validated" in lines[verdict] and "Small sample" in lines[verdict]
     assert all(not line.startswith("candidate policies") for line in lines[:verdict])
     assert "always-RAG" in result.output and "nested" in result.output
+    # Four questions keep no margin rule: the next step follows the "Use ..." verdict.
+    assert lines[verdict].startswith("Use ")
+    flat = " ".join(result.output.split())
+    assert "remove the TrustMargin wrapper" in flat and "s of scoring per question here" in flat
+    assert "use it:" not in result.output
     run_dir = tmp_path / "mine.jsonl.check"
     policy_file = run_dir / "policy.json"
     assert f"policy: {policy_file}" in " ".join(result.output.split())
@@ -127,3 +132,20 @@ def test_a_policy_file_written_before_contains_still_loads_and_prints(model: str
              if line.lstrip(" *").startswith("always-RAG")]
     assert len(table) == 1 and "F1" in table[0] and "EM" in table[0]
     assert "gold stated" not in table[0]
+
+
+def test_the_header_reports_the_passages_the_records_carry() -> None:
+    from trustmargin_integrations.evaluation.datasets import EvalExample
+    from trustmargin_integrations.evaluation.runner import PrecomputedPassages, passages_shown
+    from trustmargin_integrations.schema import Passage
+
+    def example(n: int) -> EvalExample:
+        passages = tuple(Passage(id=f"p{i}", text=f"text {i}") for i in range(n))
+        return EvalExample(dataset="mine", id=f"q{n}", question="Who?", answers=("Ada",),
+                           passages=passages)
+
+    source = PrecomputedPassages()
+    assert passages_shown(source, [example(2), example(2)], 3) == \
+        "precomputed, 2 passages per question"
+    assert passages_shown(source, [example(1), example(5)], 3) == \
+        "precomputed, 1-3 passages per question"

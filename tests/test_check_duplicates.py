@@ -174,6 +174,7 @@ def test_too_few_distinct_questions_are_refused_before_generating(
     eight = _labeled(tmp_path / "eight.jsonl", rows)
     error = _refused_before_loading(monkeypatch, eight, "--folds", "3", "--holdout", "0.5")
     assert "4 distinct labeled questions are too few for 3-fold" in error
+    assert "--folds 2" in error  # the refusal names the option that fits 4 questions
 
 
 def test_repeated_ids_under_holdout_are_refused_before_generating(

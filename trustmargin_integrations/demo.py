@@ -71,7 +71,7 @@ def run_demo(
     for q, d in zip(questions, decisions, strict=True):
         oracle = max((d.direct_answer, d.rag_answer), key=lambda a: token_f1(a, q.answers))
         picks = {"direct": d.direct_answer, "rag": d.rag_answer, "trustmargin": d.answer,
-                 "oracle": oracle}
+                 "paper_rule": paper_rule_answer(d), "oracle": oracle}
         rows.append(DemoRow(
             q, d,
             {k: token_f1(v, q.answers) for k, v in picks.items()},
@@ -80,7 +80,15 @@ def run_demo(
     return rows
 
 
-DEMO_METHODS = ("direct", "rag", "trustmargin", "oracle")
+def paper_rule_answer(decision: Decision) -> str:
+    """The answer the paper's rule keeps: the Decision's own under the rule, else the side
+    it records in ``paper_choice`` (every other policy's Decision audits the rule)."""
+    if decision.paper_choice is None:
+        return decision.answer
+    return decision.rag_answer if decision.paper_choice == "rag" else decision.direct_answer
+
+
+DEMO_METHODS = ("direct", "rag", "trustmargin", "paper_rule", "oracle")
 
 
 @dataclass(frozen=True)
@@ -99,6 +107,20 @@ class DemoSummary:
     def note(self) -> str:
         """n, how the intervals were made, and the small-sample warning (n < 100)."""
         return self.f1.note()
+
+    def meaning(self, policy: str) -> str:
+        """One plain sentence on what the numbers mean, for the policy that decided
+        (``policy``: its label, e.g. ``always-RAG``)."""
+        f1 = {m: self.scores[m]["f1"] for m in DEMO_METHODS}
+        kept = ("so its answers are plain RAG's" if policy == "always-RAG" else
+                "so its answers are the closed-book ones" if policy == "always-Direct" else
+                "choosing per question")
+        return (f"What this means: TrustMargin decided by {policy} ({kept}) and scored "
+                f"{f1['trustmargin']:.1f} F1 against {f1['rag']:.1f} for plain RAG, "
+                f"{f1['direct']:.1f} closed-book and {f1['paper_rule']:.1f} for the paper's "
+                f"rule, but {self.n} demo questions are far too few to tell these apart, so "
+                "only `trustmargin check` on your own labeled questions should decide "
+                "whether to keep TrustMargin.")
 
 
 def summarize(rows: list[DemoRow], *, resamples: int = DEFAULT_RESAMPLES,

@@ -89,7 +89,11 @@ def check(
     """
     from trustmargin_integrations.evaluation.bootstrap import check_resamples, check_seed
     from trustmargin_integrations.evaluation.calibrate_command import LoadedRun
-    from trustmargin_integrations.evaluation.check_command import check_run, describe_check
+    from trustmargin_integrations.evaluation.check_command import (
+        check_run,
+        describe_check,
+        next_step,
+    )
     from trustmargin_integrations.evaluation.rundir import guard_output
 
     check_resamples(resamples, "--resamples")  # before any model or file work
@@ -130,7 +134,7 @@ def check(
         typer.echo(line)
     path = calibration.save(target)
     typer.echo(f"policy: {shown(str(path))}")
-    typer.echo(usage_line(calibration, path))
+    typer.echo(next_step(calibration, loaded) or usage_line(calibration, path))
 
 
 def _scoring_form(value: str | None) -> ScoringForm | None:

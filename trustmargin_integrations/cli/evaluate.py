@@ -39,6 +39,7 @@ from trustmargin_integrations.evaluation.runner import (
     PrecomputedPassages,
     RetrieverPassages,
     model_dtype,
+    passages_shown,
     run_eval,
     run_noise,
 )
@@ -226,7 +227,8 @@ def _evaluate(settings: _Settings,
     store = open_store(s.run_dir)
     command_line = shlex.join(["trustmargin", *sys.argv[1:]])
     for name, all_examples, examples, source in plans:
-        typer.echo(f"{name}: {len(examples)} questions, {source.name} top-{s.top_k}, "
+        typer.echo(f"{name}: {len(examples)} questions, "
+                   f"{passages_shown(source, examples, s.top_k)}, "
                    f"model {tm.backend.model_id} ({model_dtype(tm)}) on {engine.kind}, "
                    f"run dir {shown(str(s.run_dir))}")
         records = run_eval(tm, examples, store, source=source, top_k=s.top_k,

@@ -173,3 +173,26 @@ def describe_check(result: PolicyCheckResult, calibration: Calibration | None = 
                       + f" questions it never saw, mean {metric} x100", ""]
         lines += comparison_lines(held)
     return lines
+
+
+def next_step(calibration: Calibration, loaded: LoadedRun) -> str | None:
+    """What to do after a verdict that keeps one side (None: a margin rule was kept, and
+    loading the policy is the next step): drop the wrapper, or keep it under this policy
+    (it then runs only the kept side), with the cost per question measured on these records
+    that either saves."""
+    side = calibration.decision_policy.fixed_side
+    if side is None:
+        return None
+    timings = [s.decision.timings for items in loaded.scored.values() for s in items]
+    n = max(len(timings), 1)
+    scoring = sum(t.comparing_s + t.scoring_s for t in timings) / n
+    other = "closed-book" if side == "rag" else "retrieval-augmented"
+    generating = sum((t.generate_direct_s if side == "rag" else t.generate_rag_s)
+                     for t in timings) / n
+    cost = f"{scoring:.2f} s of scoring per question here"
+    if generating > 0:
+        cost += f" plus {generating:.2f} s generating the {other} answer"
+    kept = "your chain as it is" if side == "rag" else "your chain's closed-book answer"
+    return (f"next: the answer is {kept}; remove the TrustMargin wrapper, or keep it loaded "
+            f"with this policy (it then runs only that side and scores nothing); either saves "
+            f"the {other} run and the scoring ({cost}).")

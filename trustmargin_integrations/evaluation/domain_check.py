@@ -160,7 +160,9 @@ def require_questions(n: int, folds: int, where: str = "questions") -> None:
         # The outer training part must still deal every inner fold a question.
         raise InvalidInputError(where, f"{n} distinct labeled questions are too few for "
                                 f"{folds}-fold nested cross-validation (it needs "
-                                f"{2 * folds})", f"label at least {ENOUGH_QUESTIONS} questions")
+                                f"{2 * folds})", f"label at least {ENOUGH_QUESTIONS} questions"
+                                + (f", or pass --folds {n // 2} (folds={n // 2} in Python) "
+                                   "for a first look" if n >= 4 else ""))
 
 
 def check_policy(table: PolicyTable, index: Sequence[int] | None = None, *,

@@ -91,6 +91,19 @@ class PrecomputedPassages:
         return [(list((ex.passages or ())[:k]), 0.0) for ex in examples]
 
 
+def passages_shown(source: PassageSource, examples: Sequence[EvalExample], k: int) -> str:
+    """What a run's header says of its passages: the records' own count for precomputed
+    passages (what they carry, at most ``k``: "precomputed, 2 passages per question" or
+    "1-3"), else the source's name and ``top-k``."""
+    if not isinstance(source, PrecomputedPassages):
+        return f"{source.name} top-{k}"
+    counts = sorted({min(len(ex.passages or ()), k) for ex in examples})
+    if not counts:
+        return f"{source.name} top-{k}"
+    many = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    return f"{source.name}, {many} passage{'s' if counts[-1] != 1 else ''} per question"
+
+
 class RetrieverPassages:
     """Modes (b) and (c): the pipeline's retrieval stage over a retriever (BM25Index,
     Elasticsearch, ...), the same :func:`~trustmargin_integrations.retrieval.base.retrieve_batch`

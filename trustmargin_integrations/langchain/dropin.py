@@ -23,7 +23,7 @@ from langchain_core.callbacks import (
     dispatch_custom_event,
 )
 from langchain_core.documents import Document
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.prompts import BasePromptTemplate
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import (
@@ -55,6 +55,13 @@ from trustmargin_integrations.langchain.decisions import (
 from trustmargin_integrations.langchain.documents import check_documents
 from trustmargin_integrations.langchain.rewire import find, key_before, replace, walk
 from trustmargin_integrations.langchain.router import TrustMarginRouter, as_router
+from trustmargin_integrations.langchain.state import (
+    MESSAGES_KEY,
+    inner_config,
+    last_human_text,
+    runs_as_node,
+    state_question,
+)
 from trustmargin_integrations.schema import Decision
 from trustmargin_integrations.validation import check_question
 
@@ -252,6 +259,21 @@ class TrustMarginChain(RunnableSerializable[Any, Any]):
                                 f"{type(value).__name__}", "end the chain with a chat model, an "
                                 "output parser returning text, or .assign(answer=...)")
 
+    def fixed_side(self, config: RunnableConfig | None = None) -> Side | None:
+        """The side a call with ``config`` keeps whatever the margins: the policy's fixed
+        side (always-RAG, always-Direct; see ``Policy.fixed_side``) when the output is the
+        answer; None when the call must score (a margin policy, or ``output="decision"``)."""
+        if self.output != "answer":
+            return None
+        return self.router.call_policy(config).fixed_side
+
+    def _only(self, side: Side, config: RunnableConfig, callbacks: Any
+              ) -> tuple[Runnable[Any, Any], RunnableConfig]:
+        """The one runnable a fixed-side call runs, with its side's config: the user's chain
+        itself for RAG (nothing recorded, nothing scored), its closed-book copy for Direct."""
+        runnable = self.chain if side == "rag" else self.sides["direct"]
+        return runnable, self._side_config(config, callbacks, side, [])
+
     def _shaped(self, decision: Decision, outputs: Mapping[str, Any]) -> Any:
         return decision if self.output == "decision" else outputs[chosen_side(decision)]
 
@@ -260,7 +282,7 @@ class TrustMarginChain(RunnableSerializable[Any, Any]):
     def _decide(self, question: str, documents: list[list[Document]],
                 outputs: Mapping[str, Any], run_manager: CallbackManagerForChainRun,
                 config: RunnableConfig) -> Decision:
-        child = patch_config(config, callbacks=run_manager.get_child())
+        child = inner_config(patch_config(config, callbacks=run_manager.get_child()))
         decision = cast("Decision", self.router.invoke(
             self._router_input(question, documents, outputs), child))
         dispatch_custom_event(DECISION_EVENT, decision_payload(decision), config=child)
@@ -269,7 +291,7 @@ class TrustMarginChain(RunnableSerializable[Any, Any]):
     async def _adecide(self, question: str, documents: list[list[Document]],
                        outputs: Mapping[str, Any], run_manager: AsyncCallbackManagerForChainRun,
                        config: RunnableConfig) -> Decision:
-        child = patch_config(config, callbacks=run_manager.get_child())
+        child = inner_config(patch_config(config, callbacks=run_manager.get_child()))
         decision = cast("Decision", await self.router.ainvoke(
             self._router_input(question, documents, outputs), child))
         await adispatch_custom_event(DECISION_EVENT, decision_payload(decision), config=child)
@@ -287,6 +309,10 @@ class TrustMarginChain(RunnableSerializable[Any, Any]):
     def _invoke(self, value: Any, run_manager: CallbackManagerForChainRun,
                 config: RunnableConfig) -> Any:
         question = self._question(value)
+        fixed = self.fixed_side(config)
+        if fixed is not None:
+            runnable, cfg = self._only(fixed, config, run_manager.get_child())
+            return runnable.invoke(value, cfg)
         documents: list[list[Document]] = []
         outputs = self._run_sides(lambda side, cfg: self.sides[side].invoke(value, cfg),
                                   config, run_manager.get_child(), documents)
@@ -296,6 +322,10 @@ class TrustMarginChain(RunnableSerializable[Any, Any]):
     async def _ainvoke(self, value: Any, run_manager: AsyncCallbackManagerForChainRun,
                        config: RunnableConfig) -> Any:
         question = self._question(value)
+        fixed = self.fixed_side(config)
+        if fixed is not None:
+            runnable, cfg = self._only(fixed, config, run_manager.get_child())
+            return await runnable.ainvoke(value, cfg)
         documents: list[list[Document]] = []
         callbacks = run_manager.get_child()
         results = await asyncio.gather(*(self.sides[side].ainvoke(
@@ -305,13 +335,58 @@ class TrustMarginChain(RunnableSerializable[Any, Any]):
         return self._shaped(decision, outputs)
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        """Run both sides concurrently, arbitrate, return the kept side's output."""
+        """Run both sides concurrently, arbitrate, return the kept side's output (as a
+        LangGraph node: the state update, see :meth:`state_input`)."""
+        if runs_as_node(input, config):
+            output = self.invoke(self.state_input(input), inner_config(cast("Any", config)))
+            return self.state_update(input, output)
         return self._call_with_config(self._invoke, input, config, run_type="chain")
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
                       ) -> Any:
         """Async :meth:`invoke`: both sides are awaited concurrently."""
+        if runs_as_node(input, config):
+            output = await self.ainvoke(self.state_input(input),
+                                        inner_config(cast("Any", config)))
+            return self.state_update(input, output)
         return await self._acall_with_config(self._ainvoke, input, config, run_type="chain")
+
+    # -- as a LangGraph node -----------------------------------------------------------------
+
+    def _input_keys(self) -> list[str]:
+        """The keys of a dict-input chain (empty: the chain takes the question itself)."""
+        fields = getattr(self.chain.get_input_schema(), "model_fields", {})
+        return [key for key in fields if key != "root"]
+
+    def state_input(self, state: Mapping[str, Any]) -> Any:
+        """The chain's input from a graph's state, when the chain is added as a node: the
+        question (``state[question_key]``, else the last human message of a
+        ``MessagesState``) for a chain that takes the question itself; for a dict-input
+        chain, the state's values at the chain's input keys, the question included."""
+        question = state_question(state, self.question_key)
+        if question is None:
+            raise InvalidInputError(self.question_key, "is missing from the graph's state (and "
+                                    f"it has no human message under {MESSAGES_KEY!r})",
+                                    f"store the question under {self.question_key!r}, or name "
+                                    "its key with with_trustmargin(..., question_key=...)")
+        keys = self._input_keys()
+        if not keys:
+            return question
+        return {**{key: state[key] for key in keys if key in state},
+                self.question_key: question}
+
+    def state_update(self, state: Mapping[str, Any], output: Any) -> dict[str, Any]:
+        """The node's state update: the output under ``"answer"`` (``"decision"`` with
+        ``output="decision"``); in a ``MessagesState`` graph whose question came from the
+        last human message, the answer also as an ``AIMessage`` appended to ``messages``."""
+        if self.output == "decision":
+            return {"decision": output}
+        update: dict[str, Any] = {"answer": output}
+        if state.get(self.question_key) is None and last_human_text(state) is not None:
+            message = output if isinstance(output, BaseMessage) else AIMessage(
+                content=self._text(output, "rag") or "")
+            update[MESSAGES_KEY] = [message]
+        return update
 
     # -- streaming ---------------------------------------------------------------------------
 
@@ -319,6 +394,11 @@ class TrustMarginChain(RunnableSerializable[Any, Any]):
                    config: RunnableConfig) -> Iterator[Any]:
         value = add(inputs)
         question = self._question(value)
+        fixed = self.fixed_side(config)
+        if fixed is not None:
+            runnable, cfg = self._only(fixed, config, run_manager.get_child())
+            yield from runnable.stream(value, cfg)
+            return
         documents: list[list[Document]] = []
         callbacks = run_manager.get_child()
         if self.live is not None:
@@ -361,6 +441,12 @@ class TrustMarginChain(RunnableSerializable[Any, Any]):
                           config: RunnableConfig) -> AsyncIterator[Any]:
         value = add([item async for item in inputs])
         question = self._question(value)
+        fixed = self.fixed_side(config)
+        if fixed is not None:
+            runnable, cfg = self._only(fixed, config, run_manager.get_child())
+            async for chunk in runnable.astream(value, cfg):
+                yield chunk
+            return
         documents: list[list[Document]] = []
         callbacks = run_manager.get_child()
         configs = {side: self._side_config(config, callbacks, side, documents)

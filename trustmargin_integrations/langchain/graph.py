@@ -9,26 +9,23 @@ imports it only inside a running node, for the stream writer.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypedDict, cast
+from typing import Any
 
-from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig, RunnableLambda
+from typing_extensions import TypedDict
 
 from trustmargin_integrations.arbiter import TrustMargin
-from trustmargin_integrations.errors import InvalidInputError
-from trustmargin_integrations.langchain.decisions import chosen_side
-from trustmargin_integrations.langchain.router import (
-    MARGINS_EVENT,
-    TrustMarginRouter,
-    as_router,
-    margins_payload,
-)
+from trustmargin_integrations.langchain.router import TrustMarginRouter, as_router
+from trustmargin_integrations.langchain.state import StateKeys
 from trustmargin_integrations.schema import Decision
 
 
 class TrustMarginState(TypedDict, total=False):
     """The keys :func:`trustmargin_node` writes (with its default names): add them to your
-    graph's state by inheriting, ``class State(TrustMarginState): question: str ...``."""
+    graph's state by inheriting, ``class State(TrustMarginState): question: str ...``, or
+    alongside LangGraph's ``MessagesState``: ``class State(MessagesState, TrustMarginState)``
+    (``typing_extensions.TypedDict``, as LangGraph's own states, so the two compose on
+    Python 3.10-3.13)."""
 
     answer: Any
     """The kept side's answer, as your state held it (a string or a message)."""
@@ -37,18 +34,6 @@ class TrustMarginState(TypedDict, total=False):
     margins: dict[str, Any]
     """``source``, ``reason``, ``m_prior``, ``m_bind``, ``m``, ``tau``, ``lambda_bind``, ...
     (what the router's ``trustmargin_margins`` event carries)."""
-
-
-def _writer() -> Any:
-    """LangGraph's custom-stream writer in a running graph; None outside one."""
-    try:
-        from langgraph.config import get_stream_writer
-    except ImportError:
-        return None
-    try:
-        return get_stream_writer()
-    except RuntimeError:  # not inside a graph run: nothing to stream to
-        return None
 
 
 def trustmargin_node(
@@ -81,59 +66,14 @@ def trustmargin_node(
         >>> graph.add_node("trustmargin", trustmargin_node(tm))  # doctest: +SKIP
     """
     router = as_router(tm).model_copy(update={"output": "decision"})
-    names = {"question": question_key, "direct_answer": direct_key, "rag_answer": rag_key,
-             "documents": documents_key, "context": context_key}
-
-    def router_input(state: Mapping[str, Any]) -> dict[str, Any]:
-        if not isinstance(state, Mapping):
-            raise InvalidInputError("state", f"is a {type(state).__name__}",
-                                    "use the node in a graph whose state is a dict (TypedDict)")
-        item: dict[str, Any] = {"question": state.get(question_key)}
-        for field, key in (("direct_answer", direct_key), ("rag_answer", rag_key)):
-            value = state.get(key)
-            item[field] = value.text if isinstance(value, BaseMessage) else value
-        if state.get(documents_key) is not None:
-            item["documents"] = state[documents_key]
-        elif state.get(context_key) is not None:
-            item["context"] = state[context_key]
-        else:
-            raise InvalidInputError(documents_key, "is missing from the state (and so is "
-                                    f"{context_key!r})", "retrieve before this node and store "
-                                    f"the documents under {documents_key!r} ([] when nothing "
-                                    "was found)")
-        return item
-
-    def renamed(exc: InvalidInputError) -> InvalidInputError:
-        head, dot, rest = exc.field.partition(".")
-        base, bracket, index = head.partition("[")
-        key = names.get(base, base)
-        return InvalidInputError(f"{key}{bracket}{index}{dot}{rest}", exc.problem, exc.fix)
-
-    def update(state: Mapping[str, Any], decision: Decision) -> dict[str, Any]:
-        kept = direct_key if chosen_side(decision) == "direct" else rag_key
-        value = state.get(kept)
-        return {answer_key: value if value is not None else decision.answer,
-                decision_key: decision, margins_key: margins_payload(decision)}
-
-    def finished(state: Mapping[str, Any], decision: Decision) -> dict[str, Any]:
-        """The state update, with the margins written to the custom stream first."""
-        writer = _writer()
-        if writer is not None:
-            writer({MARGINS_EVENT: margins_payload(decision)})
-        return update(state, decision)
+    keys = StateKeys(question=question_key, direct_answer=direct_key, rag_answer=rag_key,
+                     documents=documents_key, context=context_key, answer=answer_key,
+                     decision=decision_key, margins=margins_key)
 
     def node(state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        try:
-            decision = cast("Decision", router.invoke(router_input(state), config))
-        except InvalidInputError as exc:
-            raise renamed(exc) from None
-        return finished(state, decision)
+        return router.node_step(state, config, keys)
 
     async def anode(state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        try:
-            decision = cast("Decision", await router.ainvoke(router_input(state), config))
-        except InvalidInputError as exc:
-            raise renamed(exc) from None
-        return finished(state, decision)
+        return await router.anode_step(state, config, keys)
 
     return RunnableLambda(node, afunc=anode, name="trustmargin")

@@ -17,6 +17,12 @@ from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.langchain.decisions import Output, describe_decision, shape_output
 from trustmargin_integrations.langchain.inputs import TrustMarginInput, core_input, positional
+from trustmargin_integrations.langchain.state import (
+    StateKeys,
+    inner_config,
+    runs_as_node,
+    stream_writer,
+)
 from trustmargin_integrations.rule import Policy
 from trustmargin_integrations.schema import Decision
 from trustmargin_integrations.validation import TypedFields
@@ -88,6 +94,17 @@ def call_policy(tm: TrustMargin, config: RunnableConfig | None, defaults: Mappin
                                     f"{key}={update[key]!r} while the policy decided)",
                                     f"drop {key}, or use the margin rule (policy='rule')")
     return policy
+
+
+def node_update(keys: StateKeys, state: Mapping[str, Any], decision: Decision
+                ) -> dict[str, Any]:
+    """A TrustMargin node's state update (:meth:`StateKeys.update`), its margins first
+    written to LangGraph's custom stream as ``{MARGINS_EVENT: {...}}``."""
+    margins = margins_payload(decision)
+    writer = stream_writer()
+    if writer is not None:
+        writer({MARGINS_EVENT: margins})
+    return keys.update(state, decision, margins)
 
 
 def as_router(value: Any, field: str = "tm") -> TrustMarginRouter:
@@ -244,15 +261,51 @@ class TrustMarginRouter(TypedFields, RunnableSerializable[TrustMarginInput, "Dec
     # -- Runnable API ------------------------------------------------------------------------
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
-               ) -> Decision | str:
-        """Arbitrate one input dict."""
+               ) -> Any:
+        """Arbitrate one input dict (as a LangGraph node: the graph's state, see
+        :meth:`_node`)."""
+        if runs_as_node(input, config):
+            return self.node_step(input, cast("RunnableConfig", config))
         return self._call_with_config(self._route_one, input, config, run_type="chain")
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
-                      ) -> Decision | str:
+                      ) -> Any:
         """Async :meth:`invoke` (scoring runs in a worker thread)."""
+        if runs_as_node(input, config):
+            return await self.anode_step(input, cast("RunnableConfig", config))
         return await self._acall_with_config(self._aroute_one, input, config,
                                              run_type="chain")
+
+    # -- as a LangGraph node -----------------------------------------------------------------
+
+    def node_step(self, state: Mapping[str, Any], config: RunnableConfig,
+                  keys: StateKeys | None = None) -> dict[str, Any]:
+        """Added to a graph as a node, the router reads the state with the default keys of
+        :func:`~.graph.trustmargin_node` (``question`` or the last human message,
+        ``direct_answer``, ``rag_answer``, ``documents`` or ``context``) and returns its
+        state update (``answer``, ``decision``, ``margins``; :class:`~.graph.TrustMarginState`).
+        Other key names: ``keys``, as ``trustmargin_node(router, question_key=...)`` passes
+        them."""
+        keys = keys or StateKeys()
+        decide = self.model_copy(update={"output": "decision"})
+        try:
+            decision = cast("Decision", decide.invoke(keys.router_input(state),
+                                                      inner_config(config)))
+        except InvalidInputError as exc:
+            raise keys.renamed(exc) from None
+        return node_update(keys, state, decision)
+
+    async def anode_step(self, state: Mapping[str, Any], config: RunnableConfig,
+                         keys: StateKeys | None = None) -> dict[str, Any]:
+        """Async :meth:`node_step`."""
+        keys = keys or StateKeys()
+        decide = self.model_copy(update={"output": "decision"})
+        try:
+            decision = cast("Decision", await decide.ainvoke(keys.router_input(state),
+                                                             inner_config(config)))
+        except InvalidInputError as exc:
+            raise keys.renamed(exc) from None
+        return node_update(keys, state, decision)
 
     def batch(self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None
               = None, *, return_exceptions: bool = False, **kwargs: Any) -> list[Decision | str]:

@@ -6,11 +6,16 @@ import asyncio
 import contextvars
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.base_retriever import BaseRetriever
-from llama_index.core.base.response.schema import RESPONSE_TYPE, Response
+from llama_index.core.base.response.schema import (
+    RESPONSE_TYPE,
+    AsyncStreamingResponse,
+    Response,
+    StreamingResponse,
+)
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.llms import LLM
 from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
@@ -30,7 +35,7 @@ from trustmargin_integrations.llama_index.retrieval import evidence_source, no_r
 from trustmargin_integrations.llama_index.tracing import capture, install_trace_collector
 from trustmargin_integrations.prompts import QUESTION_ONLY_TEMPLATE
 from trustmargin_integrations.retrieval.base import Retriever
-from trustmargin_integrations.sides import chosen_side
+from trustmargin_integrations.sides import Side, chosen_side
 from trustmargin_integrations.validation import check_question
 
 __all__ = ["CLOSED_BOOK_PROMPT_KEY", "QUESTION_VARIABLES", "TrustMarginQueryEngine"]
@@ -336,10 +341,45 @@ class TrustMarginQueryEngine(BaseQueryEngine):
                 out[PIPELINE_METADATA_KEY] = dict(pipeline)
         return out or None
 
+    # -- a policy that cannot change the answer ----------------------------------------------
+
+    @property
+    def fixed_side(self) -> Side | None:
+        """The side the engine's policy keeps whatever the margins (always-RAG: the inner
+        engine; always-Direct with ``llm``: the closed-book LLM), run alone and unscored;
+        None when the engine must score (a margin policy; always-Direct without ``llm``,
+        where the scorer model generates the closed-book answer in its scoring call)."""
+        side = (self.arbiter.policy or self.tm.config.decision_policy).fixed_side
+        return None if side == "direct" and self.llm is None else side
+
+    def _closed_book_only(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
+        """The closed-book LLM's answer alone, streamed as it is generated when the inner
+        engine streams."""
+        llm = cast("LLM", self.llm)
+        question = {_question_variable(self.closed_book_prompt): query_bundle.query_str}
+        if self._streams:
+            return StreamingResponse(response_gen=llm.stream(self.closed_book_prompt,
+                                                             **question), source_nodes=[])
+        return Response(llm.predict(self.closed_book_prompt, **question), source_nodes=[])
+
+    async def _aclosed_book_only(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
+        llm = cast("LLM", self.llm)
+        question = {_question_variable(self.closed_book_prompt): query_bundle.query_str}
+        if self._streams:
+            return AsyncStreamingResponse(response_gen=await llm.astream(
+                self.closed_book_prompt, **question), source_nodes=[])
+        return Response(await llm.apredict(self.closed_book_prompt, **question),
+                        source_nodes=[])
+
     # -- queries ---------------------------------------------------------------------------
 
     def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
         self._check_query(query_bundle)
+        fixed = self.fixed_side
+        if fixed == "rag":
+            return self.query_engine.query(query_bundle)
+        if fixed == "direct":
+            return self._closed_book_only(query_bundle)
         # The two sides at once: the inner engine and the closed-book LLM in worker threads,
         # each in a copy of this context (LlamaIndex's spans nest under this query). A local
         # model serializes its forward passes, so they interleave; a remote engine or LLM
@@ -358,6 +398,11 @@ class TrustMarginQueryEngine(BaseQueryEngine):
 
     async def _aquery(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
         self._check_query(query_bundle)
+        fixed = self.fixed_side
+        if fixed == "rag":
+            return await self.query_engine.aquery(query_bundle)
+        if fixed == "direct":
+            return await self._aclosed_book_only(query_bundle)
         (raw, rag, rag_pieces, trace), (direct, direct_pieces) = await asyncio.gather(
             self._ainner(query_bundle), self._aclosed_book(query_bundle, self._streams))
         nodes = await self._aretrieve(query_bundle) if self._needs_retrieval(rag) else None

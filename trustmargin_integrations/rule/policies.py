@@ -95,6 +95,10 @@ class Policy:
     numbers: ClassVar[tuple[str, ...]] = ()
     label_format: ClassVar[str]
     uses_margins: ClassVar[bool] = True
+    fixed_side: ClassVar[Choice | None] = None
+    """The side this policy keeps whatever the margins (None: it decides on margins). A
+    policy with a fixed side cannot change the answer, so the adapters run only that side
+    and score nothing under it."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -370,6 +374,7 @@ class AlwaysRag(Policy):
     name: ClassVar[str] = "always_rag"
     label_format: ClassVar[str] = "always-RAG"
     uses_margins: ClassVar[bool] = False
+    fixed_side: ClassVar[Choice | None] = "rag"
 
     def over(self, paper: Verdict) -> Verdict:
         """RAG, the candidate the paper rule's verdict names (the first when it names none)."""
@@ -388,6 +393,7 @@ class AlwaysDirect(Policy):
     name: ClassVar[str] = "always_direct"
     label_format: ClassVar[str] = "always-Direct"
     uses_margins: ClassVar[bool] = False
+    fixed_side: ClassVar[Choice | None] = "direct"
 
     def over(self, paper: Verdict) -> Verdict:
         """Direct; the verdict names the paper rule's candidate (the one a Decision
