@@ -13,15 +13,17 @@ language (:func:`differential`):
   only when the texts differ in nothing else; it is then widened by one shared neighbouring
   token so that both sides have something to score. A stretch whose every token on both sides
   is a word of the question restates the question and is set aside while another remains;
-* each stretch is widened to whole words (``5%`` against ``5‰``, not ``%`` against ``‰``) and
-  scored as a continuation of its side's own text before it: the text before is context, not
-  evidence.
+* a stretch that continues text both sides share ends at its first clause end (``X, but I am
+  not sure``: the caveat is no part of the answer), and is widened to whole words (``5%``
+  against ``5‰``, not ``%`` against ``‰``);
+* it is scored in the plain form of its text (what a reader sees), as a continuation of the
+  text before it *within its clause* ("the answer is", "designed by", "New" before "York"):
+  a lead-in or a framing sentence before the clause never enters the likelihoods, so a short
+  answer behind "Hello!" or a markdown heading is scored exactly as the bare answer is.
 
-Which candidate stretch carries the answer is decided by what the question asks: the one that
-stands next to the most words of the question (:func:`near_question`), and among equals the one
-whose likelihood depends most on the question once scored
-(:func:`~trustmargin_integrations.arbiter.comparisons.answer_bearing`). The compared parts are
-character spans of the texts, recorded in the Decision, so anyone can see what decided.
+Which candidate stretch carries the answer is decided once they are scored, by what the question
+asks (:func:`~trustmargin_integrations.arbiter.comparisons.answer_bearing`). The compared parts
+are character spans of the texts, recorded in the Decision, so anyone can see what decided.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 
-from trustmargin_integrations.reading import Token, is_ideograph, keys, read
+from trustmargin_integrations.reading import Token, is_ideograph, keys, plain, read
 
 MAX_STRETCHES = 4
 """Candidate stretches scored per pair at most (the first ones in text order): texts that
@@ -47,15 +49,17 @@ class Span:
 
 @dataclass(frozen=True)
 class Stretch:
-    """One place where the two texts differ: Direct's span and RAG's in the given texts, the
-    same in their :func:`~trustmargin_integrations.reading.plain` forms (what is scored), and
-    ``asked``: how many of the question's words stand next to it (:func:`near_question`)."""
+    """One place where the two texts differ: for each side its span in the given text, the
+    same span in the text's :func:`~trustmargin_integrations.reading.plain` form (what is
+    scored), and where the clause that holds it begins in the plain form (the text before the
+    span within that clause is its scoring context)."""
 
     direct: Span
     direct_plain: Span
+    direct_clause: int
     rag: Span
     rag_plain: Span
-    asked: int = 0
+    rag_clause: int
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,11 @@ class Comparison:
 
     agree: bool
     stretches: tuple[Stretch, ...] = ()
+
+
+# Where a clause ends: the context of a compared part reaches back to the last one, and a
+# compared part that continues shared text stops at the first one ("X, but I am not sure").
+_CLAUSE_END = frozenset(".,;:!?…()[]{}\n\"«»。、，！？：；（）「」『』【】〔〕")
 
 
 def differential(direct: str, rag: str, question: str = "") -> Comparison:
@@ -84,22 +93,10 @@ def differential(direct: str, rag: str, question: str = "") -> Comparison:
     answering = [op for op in changed
                  if not {t.key for t in (*left[op[1]:op[2]], *right[op[3]:op[4]])} <= asked]
     chosen = (answering or changed)[:MAX_STRETCHES]
+    shown = plain(direct), plain(rag)
     return Comparison(agree=False, stretches=tuple(
-        Stretch(*_span(left, i1, i2), *_span(right, j1, j2),
-                near_question(left, i1, i2, asked) + near_question(right, j1, j2, asked))
+        Stretch(*_side(shown[0], left, i1, i2), *_side(shown[1], right, j1, j2))
         for _, i1, i2, j1, j2 in chosen))
-
-
-NEAR = 6
-"""Tokens on each side of a stretch that :func:`near_question` looks at."""
-
-
-def near_question(tokens: Sequence[Token], i1: int, i2: int, asked: set[str]) -> int:
-    """How many distinct words of the question stand within :data:`NEAR` tokens of
-    ``tokens[i1:i2]``: an answer is stated next to the words of what was asked ("the bridge
-    was designed by X", "X designed the bridge"); a lead-in, a caveat or a citation is not."""
-    around = {t.key for t in (*tokens[max(0, i1 - NEAR):i1], *tokens[i2:i2 + NEAR])}
-    return len(around & asked)
 
 
 def _widened(op: tuple[str, int, int, int, int], n_left: int, n_right: int
@@ -112,22 +109,34 @@ def _widened(op: tuple[str, int, int, int, int], n_left: int, n_right: int
     return tag, i1 - 1, i2, j1 - 1, j2
 
 
-def _span(tokens: Sequence[Token], i1: int, i2: int) -> tuple[Span, Span]:
-    """The place of ``tokens[i1:i2]`` in the text, widened to whole words: over the tokens
-    that touch it without a space between (``5`` before ``%``, ``-`` inside ``e-mail``).
-    Markdown marks and sentence punctuation are no tokens and are not taken in, and neither
-    are the neighbours of an ideograph (each is a word of its own)."""
+def _side(shown: str, tokens: Sequence[Token], i1: int, i2: int) -> tuple[Span, Span, int]:
+    """One side of a stretch: ``tokens[i1:i2]``, cut at its first clause end when it
+    continues text both sides share, widened to whole words (over the tokens that touch it
+    without a space: ``5`` before ``%``; never over an ideograph, each a word of its own);
+    its span in the given text, in the plain text, and where its clause begins there."""
+    if i1 > 0:
+        cut = next((k for k in range(i1 + 1, i2)
+                    if _ends_clause(shown, tokens[k - 1], tokens[k])), i2)
+        i2 = cut
     while i1 > 0 and _touch(tokens[i1 - 1], tokens[i1]):
         i1 -= 1
     while i2 < len(tokens) and _touch(tokens[i2 - 1], tokens[i2]):
         i2 += 1
     first, last = tokens[i1], tokens[i2 - 1]
-    return Span(first.start, last.end), Span(first.plain_start, last.plain_end)
+    clause = max((k + 1 for k in range(first.plain_start) if shown[k] in _CLAUSE_END),
+                 default=0)
+    while clause < first.plain_start and shown[clause].isspace():
+        clause += 1
+    return Span(first.start, last.end), Span(first.plain_start, last.plain_end), clause
+
+
+def _ends_clause(shown: str, before: Token, after: Token) -> bool:
+    return any(c in _CLAUSE_END for c in shown[before.plain_end:after.plain_start])
 
 
 def _touch(before: Token, after: Token) -> bool:
     return before.plain_end == after.plain_start and not (is_ideograph(before.key[:1])
-                                              or is_ideograph(after.key[:1]))
+                                                          or is_ideograph(after.key[:1]))
 
 
 def scored_text(text: str, spans: Sequence[Span]) -> str:

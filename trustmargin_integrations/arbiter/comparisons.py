@@ -66,45 +66,49 @@ def whole(form: CompareForm, direct: str, rag: str, agree: bool | None = None) -
     return Compared(form, agree, (Piece("", direct),), (Piece("", rag),), direct, rag)
 
 
-def pieces(text: str, spans: tuple[Span, ...]) -> Scored:
-    """The spans of ``text`` as continuations of the text before them. The space before a
-    span belongs to it: tokenizers mark a word's leading space on the word's own token."""
+def pieces(text: str, spans: tuple[Span, ...], clauses: tuple[int, ...] | None = None
+           ) -> Scored:
+    """The spans of ``text`` as continuations of the text before them: all of it, or from
+    ``clauses[k]`` (where span k's clause begins). The space before a span belongs to it
+    (tokenizers mark a word's leading space on the word's own token), except where nothing
+    comes before it: then it is scored as a bare answer is."""
     out = []
-    for span in spans:
-        cut = len(text[:span.start].rstrip())
-        out.append(Piece(text[:cut], text[cut:span.end]))
+    for k, span in enumerate(spans):
+        begin = 0 if clauses is None else clauses[k]
+        cut = max(begin, len(text[:span.start].rstrip()))
+        prefix = text[begin:cut]
+        out.append(Piece(prefix, text[cut if prefix else span.start:span.end]))
     return tuple(out)
 
 
 def by_difference(question: str, direct: str, rag: str) -> Compared:
-    """The differential form (:func:`~trustmargin_integrations.comparison.differential`): the
-    candidate stretches that stand next to the most words of the question, one compared form
-    each, the first carrying them all in ``options`` when there are several; texts that read
-    alike, or that have nothing to read, are compared whole."""
+    """The differential form (:func:`~trustmargin_integrations.comparison.differential`): one
+    compared form per candidate stretch, the first carrying them all in ``options`` when there
+    are several; texts that read alike, or that have nothing to read, are compared whole."""
     found = differential(direct, rag, question)
     if found.agree or not found.stretches:
         return whole("differential", direct, rag, agree=found.agree)
-    near = max(s.asked for s in found.stretches)
     # What is scored is the plain form (reading.plain): nothing a reader does not see (an
     # invisible character, NFD, digit grouping, emphasis) moves a likelihood.
     shown = plain(direct), plain(rag)
-    each = [Compared("differential", False, pieces(shown[0], (s.direct_plain,)),
-                     pieces(shown[1], (s.rag_plain,)), scored_text(direct, (s.direct,)),
-                     scored_text(rag, (s.rag,)), (s.direct,), (s.rag,))
-            for s in found.stretches if s.asked == near]
+    each = [Compared("differential", False,
+                     pieces(shown[0], (s.direct_plain,), (s.direct_clause,)),
+                     pieces(shown[1], (s.rag_plain,), (s.rag_clause,)),
+                     scored_text(direct, (s.direct,)), scored_text(rag, (s.rag,)),
+                     (s.direct,), (s.rag,))
+            for s in found.stretches]
     return replace(each[0], options=tuple(each)) if len(each) > 1 else each[0]
 
 
 def answer_bearing(scores: Sequence[tuple[ViewLikelihoods, ViewLikelihoods]]) -> int:
-    """Which of a pair's candidate stretches (equally near the question's words) carries the
-    answer: the one whose likelihood, on both sides together, depends most on the question
-    (the question-and-passages view over the passages-only view: the paper's binding term,
-    per side). A lead-in, a caveat or a
-    citation reads about the same with or without the question; the answer to it does not.
-    The sum is symmetric in the two sides, so the choice favours neither source."""
-    def asked(pair: tuple[ViewLikelihoods, ViewLikelihoods]) -> float:
-        return sum(v.question_context - v.context_only for v in pair)
-    return max(range(len(scores)), key=lambda k: asked(scores[k]))
+    """Which of a pair's candidate stretches carries the answer: the one both sides' texts
+    make the likeliest answer to the question, under the two views that ask it (question
+    only, question and passages; per-token likelihoods summed over both sides). A lead-in, a
+    caveat or a citation is an unlikely answer to any question; the answer is not. The sum
+    is symmetric in the two sides, so the choice favours neither source."""
+    def answer_like(pair: tuple[ViewLikelihoods, ViewLikelihoods]) -> float:
+        return sum(v.question_only + v.question_context for v in pair)
+    return max(range(len(scores)), key=lambda k: answer_like(scores[k]))
 
 
 def compare_chunk(session: ModelSession, render: Callable[[str], str],
@@ -148,7 +152,7 @@ def _extractions(session: ModelSession, render: Callable[[str], str],
         for c in [d, *opts]:
             if not c.generated and c.answer.strip():
                 question = p.input.question
-                wanted[(question, c.answer)] = render(extract_prompt(question, c.answer))
+                wanted[(question, c.answer)] = render(extract_prompt(question, plain(c.answer)))
     if not wanted:
         return {}
     texts = session.generate(list(wanted.values()), EXTRACT_MAX_NEW_TOKENS,

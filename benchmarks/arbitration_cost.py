@@ -1,0 +1,71 @@
+"""What arbitrating two chat texts costs: seconds per question at batch 8 for given texts, under
+the code on PYTHONPATH, so that two versions of the package can be timed on the same inputs in
+one session (run it once per version, interleaved, and compare the ratio).
+
+The inputs are the model's own strict disagreements among the first questions of the shared
+dev sets, each wrapped in chat framings (the same framing on both sides, and a closed-book
+framing against a RAG framing), as a chain's two answers would be. The framings are written
+here, not imported, so that any version of the package runs the same texts.
+
+Usage: PYTHONPATH=PATH/TO/VERSION python benchmarks/arbitration_cost.py [--limit 8]
+       [--repeats 3] [--data-dir ../shared/data/raw]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import trustmargin_integrations
+from trustmargin_integrations import TrustMargin
+from trustmargin_integrations.evaluation.datasets import load_dataset
+
+DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "raw"
+
+FRAMED = [
+    (lambda a: f"Hello! {a}.", lambda a: f"Hello! {a}."),
+    (lambda a: f"### Answer\n\n**{a}**", lambda a: f"### Answer\n\n**{a}**"),
+    (lambda a: f"The answer is {a}. So, to sum up: {a}.",
+     lambda a: f"The answer is {a}. So, to sum up: {a}."),
+    (lambda a: f"I believe the answer is {a}, but I am not completely sure.",
+     lambda a: f"According to the context, the answer is {a}."),
+    (lambda a: f"From what I remember, it is {a}.",
+     lambda a: f"Based on the provided passages, it is {a} [1]."),
+    (lambda a: f"{a} is the answer to your question.",
+     lambda a: f"The passages say that the answer is {a}."),
+]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Time the arbitration of the framed pairs and print one table row per repeat."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--limit", type=int, default=8, help="questions per dataset")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    tm = TrustMargin.from_pretrained(calibration=None)
+    questions = [(e.question, [p.as_context() for p in e.passages or ()])
+                 for name in ("cwq", "2wiki", "hotpotqa")
+                 for e in load_dataset(name, args.data_dir)[:args.limit]]
+    bare = tm.arbitrate_batch([{"question": q, "passages": p} for q, p in questions])
+    items = [{"question": q, "passages": p, "direct_answer": fd(d.direct_answer),
+              "rag_answer": fr(d.rag_answer)}
+             for (q, p), d in zip(questions, bare, strict=True)
+             if d.m is not None and d.source != "agree" for fd, fr in FRAMED]
+    tm.arbitrate_batch(items[:8])  # warm-up
+    seconds = []
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        tm.arbitrate_batch(items)
+        seconds.append((time.perf_counter() - start) / len(items))
+    where = Path(trustmargin_integrations.__file__).resolve().parents[1]
+    print(f"| {where} | {len(items)} framed pairs | "
+          + " | ".join(f"{s:.3f}" for s in seconds)
+          + f" | median {statistics.median(seconds):.3f} s per question |")
+
+
+if __name__ == "__main__":
+    main()
