@@ -201,3 +201,22 @@ def elapsed(action: Callable[[], Any]) -> tuple[float, BaseException | None]:
         return time.monotonic() - began, exc
     return time.monotonic() - began, None
 
+
+
+class Drifting:
+    """A ``respond`` of an honest echo (every prompt token at ``logprob``) for its first
+    ``honest`` requests, then of the same echo moved by ``shift`` nats per token: a server
+    that passes a fleet's probe and drifts later (a model reloaded with other settings)."""
+
+    def __init__(self, tokenizer: Any, honest: int, shift: float = -0.2,
+                 logprob: float = -0.5) -> None:
+        self.tokenizer, self.honest, self.shift, self.logprob = tokenizer, honest, shift, logprob
+        self.answered = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, seen: Seen) -> Answer:
+        with self._lock:
+            self.answered += 1
+            late = self.answered > self.honest
+        value = self.logprob + self.shift if late else self.logprob
+        return echo_answer(self.tokenizer, seen.body["prompt"], logprob=value)

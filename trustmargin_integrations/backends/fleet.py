@@ -13,6 +13,11 @@ Why the results are one server's:
   first use every member scores the same probe continuation, and the likelihoods must agree
   within ``probe_tolerance``. A member that disagrees is a :class:`~trustmargin_integrations.
   errors.MixedFleetError` naming both members: which one answered would change the numbers.
+* **Checked again before results leave.** Before a call returns, every member that answered
+  part of it scores the probe again; one whose probe moved past ``probe_tolerance`` from the
+  value the members agreed on (or that went down) is retired with a warning, and its share
+  of the call is computed again on the others (one probe request per member per call). A
+  member that answers the fixed probe honestly and other prompts wrongly is not caught.
 * **Same request, same answer.** Each request is sent to a member exactly as that member
   would send it on its own (one request per prompt, as a single server's backend does), so
   a member's answer does not depend on which other requests share the fleet.
@@ -141,6 +146,7 @@ class Fleet:
         self._retired: dict[int, str] = {}
         self._verify_lock = threading.Lock()
         self._verified = False
+        self._reference = math.nan  # the probe likelihood the members agreed on
 
     def __repr__(self) -> str:
         return f"Fleet({list(self.names)!r}, in_flight={self.in_flight})"
@@ -236,6 +242,7 @@ class Fleet:
             self._compare_probes(answers)
             if len(self._retired) == len(self.members):
                 raise self._nobody_left()
+            self._reference = next(mean for mean in answers if mean is not None)
             self._verified = True
 
     def _compare_probes(self, means: Sequence[float | None]) -> None:
@@ -255,21 +262,71 @@ class Fleet:
                     "fleets")
 
     def _spread(self, items: list[_T], call: Callable[[Backend, _T], _R]) -> list[_R]:
-        """``call(member, item)`` for every item on a free member, results in item order."""
+        """``call(member, item)`` for every item on a free member, results in item order.
+
+        Before the results are returned, every member that answered some of them scores the
+        probe again (:meth:`_recheck`); the items of a member whose probe moved, or that went
+        down, are computed again on the members left, until every result comes from a member
+        checked after it answered."""
         self.verify()
+        results, by = self._run(items, call)
+        while by:
+            drifted = self._recheck(set(by))
+            redo = [i for i, index in enumerate(by) if index in drifted]
+            if not redo:
+                break
+            again, again_by = self._run([items[i] for i in redo], call)
+            for i, result, index in zip(redo, again, again_by, strict=True):
+                results[i], by[i] = result, index
+        return results
+
+    def _run(self, items: list[_T], call: Callable[[Backend, _T], _R]
+             ) -> tuple[list[_R], list[int]]:
+        """Each item's result and the member that answered it."""
         if not items:
-            return []
+            return [], []
         workers = min(len(items), self.in_flight * len(self.members))
         if workers == 1:
-            return [self._on_a_member(call, item) for item in items]
-        # Executor.map yields in submission order and cancels what has not started once a
-        # result raises, so a failing request stops the call without waiting for the rest.
-        with ThreadPoolExecutor(max_workers=workers,
-                                thread_name_prefix="trustmargin-fleet") as pool:
-            return list(pool.map(lambda item: self._on_a_member(call, item), items))
+            pairs = [self._on_a_member(call, item) for item in items]
+        else:
+            # Executor.map yields in submission order and cancels what has not started once
+            # a result raises, so a failing request stops the call without waiting for the
+            # rest.
+            with ThreadPoolExecutor(max_workers=workers,
+                                    thread_name_prefix="trustmargin-fleet") as pool:
+                pairs = list(pool.map(lambda item: self._on_a_member(call, item), items))
+        return [result for result, _ in pairs], [index for _, index in pairs]
 
-    def _on_a_member(self, call: Callable[[Backend, _T], _R], item: _T) -> _R:
-        """One request on the least busy live member; on another when that one is down."""
+    def _recheck(self, indices: set[int]) -> set[int]:
+        """Score the probe again on each member in ``indices``; retire, with a warning, each
+        whose likelihood moved more than ``probe_tolerance`` from the one the members agreed
+        on, or that is unavailable. Returns the members retired."""
+        request = ContinuationRequest(self.render_prompt(PROBE_MESSAGE), PROBE_ANSWER)
+
+        def check(index: int) -> bool:
+            try:
+                mean = self.members[index].score_continuations([request])[0].mean
+            except ServerUnavailableError as exc:
+                self._retire(index, exc)
+                return False
+            gap = abs(mean - self._reference)
+            if math.isfinite(gap) and gap <= self.probe_tolerance:
+                return True
+            self._retire(index, f"its answers drifted: the probe scored {mean:.6f} nats per "
+                                f"token, {self._reference:.6f} when the fleet was checked "
+                                f"(allowed gap {self.probe_tolerance:g}); its answers since "
+                                f"its last good check were computed again on the others")
+            return False
+
+        live = sorted(indices)
+        with ThreadPoolExecutor(max_workers=len(live),
+                                thread_name_prefix="trustmargin-fleet-recheck") as pool:
+            kept = list(pool.map(check, live))
+        return {index for index, ok in zip(live, kept, strict=True) if not ok}
+
+    def _on_a_member(self, call: Callable[[Backend, _T], _R], item: _T) -> tuple[_R, int]:
+        """One request on the least busy live member; on another when that one is down.
+        Returns the result and the member that answered."""
         while True:
             index = self._acquire()
             try:
@@ -281,7 +338,7 @@ class Fleet:
                 self._release(index)
             with self._ready:
                 self._answered[index] += 1
-            return result
+            return result, index
 
     def _acquire(self) -> int:
         with self._ready:
@@ -301,7 +358,7 @@ class Fleet:
             self._busy[index] -= 1
             self._ready.notify()
 
-    def _retire(self, index: int, failure: ServerUnavailableError) -> None:
+    def _retire(self, index: int, failure: ServerUnavailableError | str) -> None:
         with self._ready:
             if index not in self._retired:
                 self._retired[index] = str(failure)

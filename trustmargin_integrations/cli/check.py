@@ -10,8 +10,9 @@ one-line verdict and the candidates, and writes the policy as a calibration file
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Annotated, get_args
+from typing import TYPE_CHECKING, Annotated, get_args
 
 import typer
 
@@ -34,6 +35,9 @@ from trustmargin_integrations.cli.options import (
 )
 from trustmargin_integrations.config import ScoringForm
 from trustmargin_integrations.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from trustmargin_integrations.evaluation.work_plan import Plan
 
 
 # Long only by its option declarations (typer reads them from the signature).
@@ -75,6 +79,10 @@ def check(
         help="For records that give their chain's own answers (direct_answer, rag_answer): "
              "how the two texts are compared: differential (default), extract or sentence.")
     ] = None,
+    limit: Annotated[int | None, typer.Option(
+        help="Check only the first N distinct questions of the file.")] = None,
+    yes: Annotated[bool, typer.Option(
+        "--yes", help="Run a large file (over 1,000 questions) without asking.")] = False,
 ) -> None:
     """Check your domain first: keep TrustMargin, or plain RAG (or Direct), from your own
     labeled questions, with nested cross-validation and paired intervals.
@@ -118,7 +126,7 @@ def check(
         _generate_and_score(labeled, target_dir, corpus=corpus, index=index, backend=choice,
                             top_k=top_k, batch_size=batch_size,
                             folds=folds, holdout=holdout, split_seed=split_seed,
-                            scoring_form=form)
+                            scoring_form=form, limit=limit, yes=yes)
     elif form is not None:
         raise InvalidInputError("--scoring-form", "applies when records are answered and "
                                 "scored, not to a run directory already scored",
@@ -160,7 +168,8 @@ def _inputs(labeled: Path | None, corpus: Path | None, index: Path | None
 def _generate_and_score(labeled: Path, run_dir: Path, *, corpus: Path | None,
                         index: Path | None, backend: BackendChoice, top_k: int,
                         batch_size: int, folds: int, holdout: float,
-                        split_seed: int, scoring_form: ScoringForm | None) -> None:
+                        split_seed: int, scoring_form: ScoringForm | None,
+                        limit: int | None = None, yes: bool = False) -> None:
     """Answer and score the labeled file once into ``run_dir`` with ``eval``'s machinery
     (a second call reads the cache). Each distinct question is answered once, and every
     refusal the check would make after generating (too few questions, repeated ids under
@@ -170,9 +179,10 @@ def _generate_and_score(labeled: Path, run_dir: Path, *, corpus: Path | None,
     from trustmargin_integrations.evaluation.datasets import load_examples
     from trustmargin_integrations.evaluation.distinct import Distinct
     from trustmargin_integrations.evaluation.runner import PrecomputedPassages
+    from trustmargin_integrations.evaluation.work_plan import probe_plan, require_consent
 
     settings = _check_options(
-        backend=backend, limit=None, top_k=top_k, batch_size=batch_size, run_dir=run_dir,
+        backend=backend, limit=limit, top_k=top_k, batch_size=batch_size, run_dir=run_dir,
         noise_limit=0, noise_levels="", noise_seed=0,
         noise_corpus=None, pipeline="", pipeline_limit=None, pipeline_corpus=None,
         scoring_form=scoring_form or "differential")
@@ -196,7 +206,9 @@ def _generate_and_score(labeled: Path, run_dir: Path, *, corpus: Path | None,
     repeats = distinct.warning([e.id for e in examples])
     if repeats:
         typer.echo(f"warning: {shown(repeats)}", err=True)
-    examples = [examples[i] for i in distinct.kept]
+    examples = [examples[i] for i in distinct.kept][:limit]
+    ask = require_consent(len(examples), yes=yes, limited=limit is not None,
+                          interactive=sys.stdin.isatty())
     check_plan([e.dataset for e in examples], [e.id for e in examples], folds=folds,
                holdout=holdout, split_seed=split_seed, where=str(labeled))
     if corpus is not None or index is not None:
@@ -205,4 +217,17 @@ def _generate_and_score(labeled: Path, run_dir: Path, *, corpus: Path | None,
         source = PrecomputedPassages("give every record non-blank passages, or pass "
                                      "--corpus FILE or --index DIR to retrieve them with BM25")
         source.check(examples)
-    _evaluate(settings, [(labeled.stem, examples, examples, source)])
+    _evaluate(settings, [(labeled.stem, examples, examples, source)],
+              before=lambda tm, todo, store, source: _state_plan(
+                  probe_plan(tm, todo, store, source=source, top_k=top_k,
+                             batch_size=batch_size), ask))
+
+
+def _state_plan(plan: Plan, ask: bool) -> int:
+    """Print the plan before the work; at a terminal, a large run asks to go on. Returns
+    the questions the probe computed."""
+    typer.echo(plan.line())
+    if ask and not typer.confirm(f"answer all {plan.questions:,} questions?", default=False):
+        raise InvalidInputError("--yes", "the run was not confirmed", "pass --limit N to "
+                                "check the first N questions, or --yes to run them all")
+    return plan.probe_computed

@@ -45,8 +45,14 @@ from trustmargin_integrations.evaluation.runner import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from trustmargin_integrations.arbiter import TrustMargin
     from trustmargin_integrations.config import ScoringForm
     from trustmargin_integrations.evaluation.pipeline_runner import PipelineRecord
+    from trustmargin_integrations.store import ResultStore
+
+    BeforeRun = Callable[[TrustMargin, list[EvalExample], ResultStore, PassageSource], int]
 
 DATA_ENV = "TRUSTMARGIN_DATA"
 
@@ -210,9 +216,11 @@ def _check_options(*, backend: BackendChoice, limit: int | None, top_k: int, bat
 
 
 def _evaluate(settings: _Settings,
-              plans: list[tuple[str, list[EvalExample], list[EvalExample], PassageSource]]
-              ) -> None:
-    """Load the backend once and run (or resume) every planned dataset."""
+              plans: list[tuple[str, list[EvalExample], list[EvalExample], PassageSource]],
+              before: BeforeRun | None = None) -> None:
+    """Load the backend once and run (or resume) every planned dataset; ``before(tm,
+    examples, store, source)`` runs first for each (``check``'s plan and probe) and returns
+    how many of the examples it computed into the store."""
     from trustmargin_integrations.arbiter import TrustMargin
     from trustmargin_integrations.config import TrustMarginConfig
     from trustmargin_integrations.evaluation.rundir import chain_info, open_store, record_dataset
@@ -231,6 +239,8 @@ def _evaluate(settings: _Settings,
                    f"{passages_shown(source, examples, s.top_k)}, "
                    f"model {tm.backend.model_id} ({model_dtype(tm)}) on {engine.kind}, "
                    f"run dir {shown(str(s.run_dir))}")
+        # What the hook computed is in the store now: counted as computed, not as cached.
+        probed = before(tm, examples, store, source) if before is not None else 0
         records = run_eval(tm, examples, store, source=source, top_k=s.top_k,
                            batch_size=s.batch_size)
         info = {"model": tm.backend.model_id, "dtype": model_dtype(tm),
@@ -250,8 +260,8 @@ def _evaluate(settings: _Settings,
                           "n": min(s.noise_limit, len(records))}
         piped, piped_info = _run_pipelines(tm, records, all_examples, store, s)
         record_dataset(s.run_dir, name, records, info, noise, noise_info, piped, piped_info)
-        typer.echo(f"{name}: {sum(r.computed for r in records)} computed, "
-                   f"{sum(not r.computed for r in records)} from cache")
+        typer.echo(f"{name}: {sum(r.computed for r in records) + probed} computed, "
+                   f"{sum(not r.computed for r in records) - probed} from cache")
 
 
 def _retriever_from_spec(spec: str) -> object:

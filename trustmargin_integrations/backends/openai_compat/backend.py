@@ -201,7 +201,10 @@ class OpenAICompatBackend(LocalTokenizerMixin):
         # Like the local backend: a chat template already holds the special tokens, so the
         # server must not add a BOS of its own (vLLM honours this field; others ignore it).
         base = {"model": self.model, "add_special_tokens": not self._chat}
-        return self._http.post("/v1/completions", {**base, **self.extra_body, **body})
+        # The request's work, which paces what is in flight on the server (transport.py):
+        # the prompt's tokens and those it may generate.
+        units = self.count_tokens(body["prompt"]) + int(body.get("max_tokens", 0))
+        return self._http.post("/v1/completions", {**base, **self.extra_body, **body}, units)
 
     # -- generation -------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import tenacity
 
+from trustmargin_integrations.backends.openai_compat.pacing import Pacer, QueuedBehindFailureError
 from trustmargin_integrations.backends.openai_compat.settings import (
     ENV_PREFIX,
     ServerSettings,
@@ -48,12 +49,15 @@ _NO_LOGPROBS_HINTS = ("logits_all", "logprobs is not supported", "prompt_logprob
 
 class _RetryableError(Exception):
     """One attempt failed in a way a later attempt may not repeat (429/5xx, a timeout, a
-    dropped connection); ``retry_after`` is the pause the server asked for, if any."""
+    dropped connection); ``retry_after`` is the pause the server asked for, if any;
+    ``setting`` the wait variable (``TIMEOUT``, ``READ_TIMEOUT``) whose limit ended it."""
 
-    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+    def __init__(self, reason: str, retry_after: float | None = None,
+                 setting: str | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.retry_after = retry_after
+        self.setting = setting
 
 
 class CompletionsTransport:
@@ -93,6 +97,8 @@ class CompletionsTransport:
             limits=httpx.Limits(max_connections=max_concurrency,
                                 max_keepalive_connections=max_concurrency),
         ))
+        # A request waits here, outside its deadline, while the server's queue is full.
+        self._pacer = Pacer(min(self.waits.timeout_s, self.waits.read_timeout_s))
         self._lock = threading.Lock()
         self.requests_sent = 0
         self.retries = 0
@@ -111,10 +117,24 @@ class CompletionsTransport:
         except httpx.HTTPError:
             return None
 
-    def post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """POST with retries, all within ``timeout_s``; every failure becomes a BackendError
-        without secrets."""
+    def post(self, path: str, body: Mapping[str, Any], units: int = 1) -> dict[str, Any]:
+        """POST with retries, all within ``timeout_s`` from when it is sent; every failure
+        becomes a BackendError without secrets.
+
+        ``units`` is the request's work (its prompt tokens plus the tokens it may generate):
+        it is sent once the work in flight on the server, with its own, fits half its
+        deadline at the server's measured pace (:mod:`.pacing`)."""
         where = f"{self.url}{path}"
+        try:
+            with self._pacer.admitted(units):
+                return self._post(path, body, where, units)
+        except QueuedBehindFailureError:
+            raise ServerUnavailableError(
+                f"{where}: request not sent: one sent before it to this server failed after "
+                f"every retry. Fix: check that the server is up and not overloaded") from None
+
+    def _post(self, path: str, body: Mapping[str, Any], where: str,
+              units: int) -> dict[str, Any]:
         began = time.monotonic()
         deadline = began + self.waits.timeout_s
         attempts = 0
@@ -134,11 +154,30 @@ class CompletionsTransport:
         try:
             return retrying(attempt)
         except _RetryableError as exc:
+            self._pacer.failed_for_good()
+            # Retries that stopped before their count ran out were stopped by the total.
+            limits = [exc.setting] if exc.setting else []
+            if attempts < self.waits.attempts and "TIMEOUT" not in limits:
+                limits.append("TIMEOUT")
             raise ServerUnavailableError(
                 f"{where} failed after {attempts} attempt(s): {exc.reason} "
-                f"({time.monotonic() - began:.1f} s in all). Fix: check that the server is up "
-                f"and not overloaded, or raise timeout_s / read_timeout_s / max_retries "
-                f"({ENV_PREFIX}_TIMEOUT, _READ_TIMEOUT, _RETRIES)") from None
+                f"({time.monotonic() - began:.1f} s in all). Fix: "
+                f"{self._fix(limits, units)}") from None
+
+    def _fix(self, limits: list[str], units: int) -> str:
+        """How to make a failed request succeed, naming each wait variable whose limit ended
+        it and, when the server's pace is known, the time this request's work needs at it."""
+        if not limits:
+            return (f"check that the server is up and not overloaded, or raise "
+                    f"{ENV_PREFIX}_RETRIES (max_retries, now {self.waits.max_retries})")
+        fields = {"TIMEOUT": ("timeout_s", self.waits.timeout_s),
+                  "READ_TIMEOUT": ("read_timeout_s", self.waits.read_timeout_s)}
+        named = " and ".join(f"{ENV_PREFIX}_{limit} ({fields[limit][0]}, now "
+                             f"{fields[limit][1]:g} s)" for limit in limits)
+        needs = self._pacer.estimate_s(units)
+        pace = (f"; this request carries {units:,} tokens, about {needs:.1f} s at the pace "
+                f"this server has answered" if needs is not None else "")
+        return f"raise {named}{pace}; or check that the server is up and not overloaded"
 
     def _pause(self, state: tenacity.RetryCallState) -> float:
         """The server's Retry-After when it gave a usable one, else exponential backoff."""
@@ -162,7 +201,8 @@ class CompletionsTransport:
             self.requests_sent += 1
         left = deadline - time.monotonic()
         if left <= 0:
-            raise _RetryableError(f"no time left of the {self.waits.timeout_s:g} s total")
+            raise _RetryableError(f"no time left of the {self.waits.timeout_s:g} s total",
+                                  setting="TIMEOUT")
         timeout = httpx.Timeout(min(self.waits.read_timeout_s, left),
                                 connect=min(self.waits.connect_timeout_s, left))
         try:
@@ -173,8 +213,10 @@ class CompletionsTransport:
                 raw = self._read_body(response, where, deadline)
         except httpx.TimeoutException:
             if time.monotonic() >= deadline:
-                raise _RetryableError(self._late()) from None
-            raise _RetryableError("timed out") from None
+                raise _RetryableError(self._late(), setting="TIMEOUT") from None
+            raise _RetryableError(f"timed out: no answer within the "
+                                  f"{self.waits.read_timeout_s:g} s read timeout",
+                                  setting="READ_TIMEOUT") from None
         except httpx.TransportError as exc:
             raise _RetryableError(f"connection failed ({type(exc).__name__})") from None
         return _parse(response, raw, where)
@@ -191,7 +233,7 @@ class CompletionsTransport:
                                    "point base_url at an OpenAI-compatible completions server")
             chunks.append(chunk)
             if time.monotonic() > deadline:
-                raise _RetryableError(self._late())
+                raise _RetryableError(self._late(), setting="TIMEOUT")
         return b"".join(chunks)
 
     def _late(self) -> str:
