@@ -8,7 +8,12 @@ interleaved per question so drift hits all alike (one untimed warm-up call of ea
 - ``guarded, always-RAG``: ``with_trustmargin(chain, tm)`` under the shipped policy (runs the
   chain once, scores nothing);
 - ``guarded, paper's rule``: the same wrapper deciding by the margins (both sides + scoring),
-  for scale.
+  for scale;
+- ``shadow on``: ``with_trustmargin(chain, rule, shadow=Shadow(log))``: the answer path runs
+  the chain once and the paper's rule decides in the background queue. The queue is flushed
+  (untimed) after each timed call, so the table shows the answer path itself; with a local
+  model on the same CPU, back-to-back calls would share it with the shadow work (a hosted
+  model would not).
 
 Prints p50 / p90 seconds per question for ``invoke`` and for the first streamed chunk, and
 the ratio to the plain chain at p50.
@@ -22,8 +27,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from langchain_core.output_parsers import StrOutputParser
@@ -39,6 +46,7 @@ from trustmargin_integrations.langchain import (
     with_trustmargin,
 )
 from trustmargin_integrations.retrieval import BM25Index
+from trustmargin_integrations.shadow import Shadow
 
 PROMPT = ChatPromptTemplate.from_messages([
     ("system", "Answer the question in one sentence using the context.\n\nContext:\n{context}"),
@@ -79,9 +87,12 @@ def main() -> None:
     llm = LocalChatModel.from_trustmargin(shipped, max_new_tokens=args.max_new_tokens)
     chain = ({"context": retriever | (lambda docs: "\n\n".join(d.page_content for d in docs)),
               "question": RunnablePassthrough()} | PROMPT | llm | StrOutputParser())
+    shadow = Shadow(Path(tempfile.mkdtemp()) / "shadow.jsonl")
+    shadowed = "shadow on (the rule decides in the queue)"
     ways = {"plain": chain,
             f"guarded, {shipped.config.decision_policy.label}": with_trustmargin(chain, shipped),
-            f"guarded, {rule.config.decision_policy.label}": with_trustmargin(chain, rule)}
+            f"guarded, {rule.config.decision_policy.label}": with_trustmargin(chain, rule),
+            shadowed: with_trustmargin(chain, rule, shadow=shadow)}
     questions = [q.question for q in demo_questions()[:args.questions]]
     for runnable in ways.values():  # warm-up, untimed
         runnable.invoke(questions[0])
@@ -90,6 +101,7 @@ def main() -> None:
     for question in questions:
         for name, runnable in ways.items():
             invoke[name].append(_seconds(lambda r=runnable, q=question: r.invoke(q)))
+            shadow.flush()  # untimed: the next timed call starts on an idle CPU
             first[name].append(_first_chunk(runnable, question))
     base = statistics.median(invoke["plain"])
     base_first = statistics.median(first["plain"])
@@ -102,6 +114,9 @@ def main() -> None:
         print(f"{name:<52} {p50:>10.3f} {_p(invoke[name], 90):>7.3f} "
               f"{100 * (p50 / base - 1):>+8.1f}% {p50_first:>13.3f} "
               f"{100 * (p50_first / base_first - 1):>+8.1f}%")
+    stats = shadow.stats
+    print(f"shadow queue: {stats.done} decisions logged, {stats.failed} failed, "
+          f"{stats.dropped} dropped")
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from trustmargin_integrations.langchain.decisions import DECISION_EVENT, describ
 from trustmargin_integrations.langchain.documents import document_to_passage, passage_to_document
 from trustmargin_integrations.langchain.dropin import (
     CORRECTION_EVENT,
+    SHADOW_EVENT,
     SIDE_RUN_NAMES,
     SIDE_TAGS,
     TrustMarginChain,
@@ -64,6 +65,7 @@ __all__ = [
     "PIPELINES_KEY",
     "PIPELINE_EVENT",
     "PIPELINE_KEY",
+    "SHADOW_EVENT",
     "SIDE_RUN_NAMES",
     "SIDE_TAGS",
     "LocalChatModel",

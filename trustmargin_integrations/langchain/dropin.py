@@ -52,7 +52,7 @@ from trustmargin_integrations.langchain.decisions import (
     chosen_side,
     decision_payload,
 )
-from trustmargin_integrations.langchain.documents import check_documents
+from trustmargin_integrations.langchain.documents import check_documents, document_to_passage
 from trustmargin_integrations.langchain.rewire import find, key_before, replace, walk
 from trustmargin_integrations.langchain.router import TrustMarginRouter, as_router
 from trustmargin_integrations.langchain.state import (
@@ -63,6 +63,7 @@ from trustmargin_integrations.langchain.state import (
     state_question,
 )
 from trustmargin_integrations.schema import Decision
+from trustmargin_integrations.shadow import Shadow, shadow_record
 from trustmargin_integrations.validation import check_question
 
 SIDES: tuple[Side, ...] = ("rag", "direct")
@@ -168,6 +169,8 @@ class TrustMarginChain(RunnableSerializable[Any, Any]):
     answer_key: str | None = Field(None, description="The output key holding the answer, "
                                                      "for a chain returning a dict.")
     live: Side | None = Field(None, description="Stream this side as it is generated.")
+    shadow: Shadow | None = Field(None, description="Shadow mode: answer with one side, decide "
+                                                    "off the answer path (see Shadow).")
 
     # -- types, schemas, settings ------------------------------------------------------------
 
@@ -277,6 +280,42 @@ class TrustMarginChain(RunnableSerializable[Any, Any]):
     def _shaped(self, decision: Decision, outputs: Mapping[str, Any]) -> Any:
         return decision if self.output == "decision" else outputs[chosen_side(decision)]
 
+    # -- shadow mode -------------------------------------------------------------------------
+
+    def _shadow_side(self, config: RunnableConfig) -> Side | None:
+        """In shadow mode, the one side the answer path runs: the policy's fixed side, else
+        the user's chain as deployed (RAG); None when not in shadow mode."""
+        if self.shadow is None or self.output != "answer":
+            return None
+        return self.fixed_side(config) or "rag"
+
+    def _shadow_submit(self, value: Any, question: str, served: Side, output: Any,
+                       documents: list[list[Document]], config: RunnableConfig,
+                       callbacks: Any) -> None:
+        """Hand the rest of the decision to the shadow queue; nothing here can fail the call
+        (an error building the job is logged and counted like a failed job)."""
+        shadow = cast("Shadow", self.shadow)
+
+        def job() -> None:
+            other: Side = "direct" if served == "rag" else "rag"
+            cfg = self._side_config(config, callbacks, other, documents)
+            cfg["tags"] = [*cfg["tags"], SHADOW_TAG]
+            outputs = {served: output, other: self.sides[other].invoke(value, cfg)}
+            child = inner_config(patch_config(config, callbacks=callbacks))
+            child["tags"] = [*(child.get("tags") or []), SHADOW_TAG]
+            child["configurable"] = {**(child.get("configurable") or {}),
+                                     **shadow.policy.setting}
+            routed = self._router_input(question, documents, outputs)
+            decision = cast("Decision", self.router.invoke(routed, child))
+            dispatch_custom_event(SHADOW_EVENT, {
+                "served": served, "would_change": chosen_side(decision) != served,
+                "decision": decision_payload(decision)}, config=child)
+            shadow.record(shadow_record(
+                decision, question, [document_to_passage(d) for d in routed["documents"]],
+                routed["direct_answer"] or "", routed["rag_answer"] or "", served))
+
+        shadow.submit(job)
+
     # -- invoke ------------------------------------------------------------------------------
 
     def _decide(self, question: str, documents: list[list[Document]],
@@ -309,11 +348,19 @@ class TrustMarginChain(RunnableSerializable[Any, Any]):
     def _invoke(self, value: Any, run_manager: CallbackManagerForChainRun,
                 config: RunnableConfig) -> Any:
         question = self._question(value)
+        served = self._shadow_side(config)
+        if served is not None:
+            documents: list[list[Document]] = []
+            callbacks = run_manager.get_child()
+            output = self.sides[served].invoke(value, self._side_config(
+                config, callbacks, served, documents))
+            self._shadow_submit(value, question, served, output, documents, config, callbacks)
+            return output
         fixed = self.fixed_side(config)
         if fixed is not None:
             runnable, cfg = self._only(fixed, config, run_manager.get_child())
             return runnable.invoke(value, cfg)
-        documents: list[list[Document]] = []
+        documents = []
         outputs = self._run_sides(lambda side, cfg: self.sides[side].invoke(value, cfg),
                                   config, run_manager.get_child(), documents)
         decision = self._decide(question, documents, outputs, run_manager, config)
@@ -322,12 +369,18 @@ class TrustMarginChain(RunnableSerializable[Any, Any]):
     async def _ainvoke(self, value: Any, run_manager: AsyncCallbackManagerForChainRun,
                        config: RunnableConfig) -> Any:
         question = self._question(value)
+        served = self._shadow_side(config)
+        callbacks = run_manager.get_child()
+        documents: list[list[Document]] = []
+        if served is not None:
+            output = await self.sides[served].ainvoke(value, self._side_config(
+                config, callbacks, served, documents))
+            self._shadow_submit(value, question, served, output, documents, config, callbacks)
+            return output
         fixed = self.fixed_side(config)
         if fixed is not None:
             runnable, cfg = self._only(fixed, config, run_manager.get_child())
             return await runnable.ainvoke(value, cfg)
-        documents: list[list[Document]] = []
-        callbacks = run_manager.get_child()
         results = await asyncio.gather(*(self.sides[side].ainvoke(
             value, self._side_config(config, callbacks, side, documents)) for side in SIDES))
         outputs = dict(zip(SIDES, results, strict=True))
@@ -394,13 +447,23 @@ class TrustMarginChain(RunnableSerializable[Any, Any]):
                    config: RunnableConfig) -> Iterator[Any]:
         value = add(inputs)
         question = self._question(value)
+        documents: list[list[Document]] = []
+        callbacks = run_manager.get_child()
+        served = self._shadow_side(config)
+        if served is not None:
+            streamed = []
+            for chunk in self.sides[served].stream(value, self._side_config(
+                    config, callbacks, served, documents)):
+                streamed.append(chunk)
+                yield chunk
+            self._shadow_submit(value, question, served, add(streamed), documents, config,
+                                callbacks)
+            return
         fixed = self.fixed_side(config)
         if fixed is not None:
             runnable, cfg = self._only(fixed, config, run_manager.get_child())
             yield from runnable.stream(value, cfg)
             return
-        documents: list[list[Document]] = []
-        callbacks = run_manager.get_child()
         if self.live is not None:
             yield from self._live(value, question, documents, run_manager, config)
             return
@@ -441,14 +504,24 @@ class TrustMarginChain(RunnableSerializable[Any, Any]):
                           config: RunnableConfig) -> AsyncIterator[Any]:
         value = add([item async for item in inputs])
         question = self._question(value)
+        documents: list[list[Document]] = []
+        callbacks = run_manager.get_child()
+        served = self._shadow_side(config)
+        if served is not None:
+            streamed = []
+            async for chunk in self.sides[served].astream(value, self._side_config(
+                    config, callbacks, served, documents)):
+                streamed.append(chunk)
+                yield chunk
+            self._shadow_submit(value, question, served, add(streamed), documents, config,
+                                callbacks)
+            return
         fixed = self.fixed_side(config)
         if fixed is not None:
             runnable, cfg = self._only(fixed, config, run_manager.get_child())
             async for chunk in runnable.astream(value, cfg):
                 yield chunk
             return
-        documents: list[list[Document]] = []
-        callbacks = run_manager.get_child()
         configs = {side: self._side_config(config, callbacks, side, documents)
                    for side in SIDES}
         if self.live is not None:
@@ -510,6 +583,14 @@ class TrustMarginChain(RunnableSerializable[Any, Any]):
             yield chunk
 
 
+SHADOW_EVENT = "trustmargin_shadow_decision"
+"""Name of the custom event a shadow-mode chain emits from the shadow queue, after the call
+returned: ``{"served": the side the user got, "would_change": whether the shadow policy keeps
+the other side, "decision": the Decision as JSON}``."""
+
+SHADOW_TAG = "trustmargin:shadow"
+"""The tag of every run the shadow queue makes (the other side, the router)."""
+
 CORRECTION_EVENT = "trustmargin_correction"
 """Name of the custom event a ``live`` stream emits when the decision keeps the side that was
 not streamed: ``{"side": kept side, "answer": its text, "output": its output when JSON can
@@ -550,6 +631,7 @@ def with_trustmargin(
     answer_key: str | None = None,
     output: Output = "answer",
     live: Side | None = None,
+    shadow: Shadow | None = None,
 ) -> TrustMarginChain:
     """Your RAG chain with TrustMargin inserted: the same input and the same output type.
 
@@ -586,6 +668,12 @@ def with_trustmargin(
             key a final ``.assign`` adds, else ``"answer"``).
         output: ``"answer"`` (the kept side's output) or ``"decision"`` (the Decision).
         live: stream this side as it is generated (see :class:`TrustMarginChain`).
+        shadow: shadow mode (a :class:`~trustmargin_integrations.shadow.Shadow`): each call
+            runs one side only (the policy's fixed side, else your chain as it is), returns and
+            streams it as your chain does, then queues the rest off the answer path: the
+            other side, the scoring, the decision under ``shadow.policy`` (the paper's rule by
+            default), delivered as the :data:`SHADOW_EVENT` custom event and appended to
+            ``shadow.log``. ``shadow.flush()`` waits for the queue.
 
     Raises:
         InvalidInputError: at build time for a chain without a retriever (``chain``), a bad
@@ -594,6 +682,11 @@ def with_trustmargin(
             (``retriever(question)[j]``).
     """
     router = as_router(tm).model_copy(update={"output": "decision"})
+    if shadow is not None and (not isinstance(shadow, Shadow) or output != "answer"
+                               or live is not None):
+        raise InvalidInputError("shadow", f"is {shadow!r} with output={output!r}, "
+                                f"live={live!r}", "pass a Shadow(...) with output='answer' and "
+                                "no live side (the answer path runs one side only)")
     if live is not None and (live not in SIDES or output != "answer"):
         raise InvalidInputError("live", f"is {live!r} with output={output!r}",
                                 "pass live='rag' or 'direct' with output='answer' (a live "
@@ -622,4 +715,4 @@ def with_trustmargin(
     sides = {"rag": replace(chain, target, _recording(target, field_name)), "direct": direct}
     return TrustMarginChain(chain=chain, sides=sides, router=router, output=output,
                             question_key=key, answer_key=_answer_key(chain, answer_key),
-                            live=live, name="TrustMarginChain")
+                            live=live, shadow=shadow, name="TrustMarginChain")

@@ -3,6 +3,9 @@ arbiter, a retriever over any project retriever, and a local LLM.
 
 - :class:`TrustMarginQueryEngine` wraps any query engine: the inner engine gives the RAG answer
   and its source nodes, an LLM answers closed-book, the core arbitrates.
+- :class:`TrustMarginChatEngine` wraps a ``ContextChatEngine`` / ``CondensePlusContextChatEngine``
+  per turn: the engine gives the RAG answer, its LLM answers closed-book (the same chat
+  without retrieval), the kept answer is returned, streamed and remembered.
 - :class:`TrustMarginRetrieverQueryEngine` is the core's own pipeline (``tm.answer``) behind a
   query engine: retrieve, let the scorer model answer both ways, arbitrate.
 - :class:`TrustMarginArbiter` arbitrates two answers you already have.
@@ -34,6 +37,7 @@ One module per framework role:
 - ``arbiter``: :class:`TrustMarginArbiter`, :class:`TrustMarginDecisionEvent` and the
   :class:`DecisionRecord` responses carry;
 - ``query_engine``: :class:`TrustMarginQueryEngine`;
+- ``chat_engine``: :class:`TrustMarginChatEngine`;
 - ``retriever_engine``: :class:`TrustMarginRetrieverQueryEngine`;
 - ``pipeline_engine``: :class:`PipelineQueryEngine`;
 - ``retrieval``: :class:`PassageRetriever` and the wrapper's evidence sources;
@@ -50,6 +54,10 @@ from trustmargin_integrations.llama_index.arbiter import (
     DecisionRecord,
     TrustMarginArbiter,
     TrustMarginDecisionEvent,
+)
+from trustmargin_integrations.llama_index.chat_engine import (
+    TrustMarginChatCorrectionEvent,
+    TrustMarginChatEngine,
 )
 from trustmargin_integrations.llama_index.flare import (
     SearchOrDoneOutputParser,
@@ -86,6 +94,8 @@ __all__ = [
     "SearchOrDoneOutputParser",
     "SearchTagOutputParser",
     "TrustMarginArbiter",
+    "TrustMarginChatCorrectionEvent",
+    "TrustMarginChatEngine",
     "TrustMarginDecisionEvent",
     "TrustMarginQueryEngine",
     "TrustMarginRetrieverQueryEngine",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
@@ -25,7 +25,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.llama_index.arbiter import METADATA_KEY, TrustMarginArbiter
-from trustmargin_integrations.llama_index.nodes import node_ref
+from trustmargin_integrations.llama_index.nodes import node_ref, node_to_passage
 from trustmargin_integrations.llama_index.pipeline_engine import (
     PIPELINE_METADATA_KEY,
     PipelineQueryEngine,
@@ -35,6 +35,7 @@ from trustmargin_integrations.llama_index.retrieval import evidence_source, no_r
 from trustmargin_integrations.llama_index.tracing import capture, install_trace_collector
 from trustmargin_integrations.prompts import QUESTION_ONLY_TEMPLATE
 from trustmargin_integrations.retrieval.base import Retriever
+from trustmargin_integrations.shadow import Shadow, shadow_record
 from trustmargin_integrations.sides import Side, chosen_side
 from trustmargin_integrations.validation import check_question
 
@@ -131,6 +132,12 @@ class TrustMarginQueryEngine(BaseQueryEngine):
         k: at most this many evidence nodes from the retriever (default: all a LlamaIndex
             retriever returns; ``tm.config.top_k`` for a project retriever).
         trace: record the inner engine's instrumentation events in the Decision.
+        shadow: shadow mode (a :class:`~trustmargin_integrations.shadow.Shadow`): each query
+            runs one side only (the policy's fixed side, else the inner engine) and returns
+            it as that side does (a stream as it comes); when the answer is complete the
+            rest is queued off the answer path: the other side, the scoring and the decision
+            under ``shadow.policy`` (the paper's rule by default), dispatched as a
+            :class:`TrustMarginDecisionEvent` and appended to ``shadow.log``.
     """
 
     def __init__(
@@ -146,6 +153,7 @@ class TrustMarginQueryEngine(BaseQueryEngine):
         retriever: BaseRetriever | Retriever | None = None,
         k: int | None = None,
         trace: bool = False,
+        shadow: Shadow | None = None,
     ) -> None:
         if not isinstance(query_engine, BaseQueryEngine):
             raise InvalidInputError("query_engine", f"is a {type(query_engine).__name__}",
@@ -163,6 +171,15 @@ class TrustMarginQueryEngine(BaseQueryEngine):
         self.evidence, self.retriever, self.k = evidence_source(evidence, retriever, k,
                                                                 tm.config.top_k)
         self.trace = bool(trace)
+        if shadow is not None and not isinstance(shadow, Shadow):
+            raise InvalidInputError("shadow", f"a {type(shadow).__name__} is not a Shadow",
+                                    "pass Shadow(log=...) or None")
+        self.shadow = shadow
+        if shadow is not None and self.fixed_side is None and (
+                self.arbiter.policy or tm.config.decision_policy).fixed_side == "direct":
+            raise InvalidInputError("shadow", "needs llm=... under an always-Direct policy",
+                                    "pass the LLM that answers closed-book (the answer path "
+                                    "runs it alone)")
         if self.trace:
             install_trace_collector()
         super().__init__(callback_manager or getattr(query_engine, "callback_manager", None))
@@ -371,11 +388,57 @@ class TrustMarginQueryEngine(BaseQueryEngine):
         return Response(await llm.apredict(self.closed_book_prompt, **question),
                         source_nodes=[])
 
+    # -- shadow mode ------------------------------------------------------------------------
+
+    def _shadow_job(self, query_bundle: QueryBundle, served: Side, text: str,
+                    nodes: Sequence[NodeWithScore]) -> Callable[[], None]:
+        """The decision off the answer path, once the served side's ``text`` is complete."""
+        shadow = cast("Shadow", self.shadow)
+
+        def job() -> None:
+            if served == "rag":
+                rag: Any = Response(text, list(nodes))
+                direct: str | None = self._closed_book(query_bundle, False)[0]
+            else:
+                rag = record(self.query_engine.query(query_bundle), "query_engine.query()")[0]
+                direct = text
+            evidence = self._retrieve(query_bundle) if self._needs_retrieval(rag) else None
+            result = self.arbiter.arbitrate(query_bundle, direct, rag, source_nodes=evidence,
+                                            policy=shadow.policy)
+            decision = result.metadata[METADATA_KEY].decision
+            weighed = evidence if evidence is not None else getattr(rag, "source_nodes", [])
+            shadow.record(shadow_record(
+                decision, query_bundle.query_str, [node_to_passage(n) for n in weighed],
+                direct if direct is not None else decision.direct_raw or decision.direct_answer,
+                getattr(rag, "response", None) or "", served))
+
+        return job
+
+    def _shadowed(self, query_bundle: QueryBundle, served: Side, answer: Any) -> Any:
+        """``answer`` as the served side gave it; its shadow job queued when it is complete
+        (a stream: when the caller has read its last piece)."""
+        shadow = cast("Shadow", self.shadow)
+
+        def submit(text: str) -> None:
+            shadow.submit(self._shadow_job(query_bundle, served, text, answer.source_nodes))
+
+        if isinstance(answer, StreamingResponse):
+            answer.response_gen = _then(answer.response_gen, submit)
+        elif isinstance(answer, AsyncStreamingResponse):
+            answer.response_gen = _athen(answer.response_gen, submit)
+        else:
+            submit(getattr(answer, "response", None) or "")
+        return answer
+
     # -- queries ---------------------------------------------------------------------------
 
     def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
         self._check_query(query_bundle)
         fixed = self.fixed_side
+        if self.shadow is not None:
+            answer = (self._closed_book_only(query_bundle) if fixed == "direct"
+                      else self.query_engine.query(query_bundle))
+            return cast("RESPONSE_TYPE", self._shadowed(query_bundle, fixed or "rag", answer))
         if fixed == "rag":
             return self.query_engine.query(query_bundle)
         if fixed == "direct":
@@ -399,6 +462,10 @@ class TrustMarginQueryEngine(BaseQueryEngine):
     async def _aquery(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
         self._check_query(query_bundle)
         fixed = self.fixed_side
+        if self.shadow is not None:
+            answer = (await self._aclosed_book_only(query_bundle) if fixed == "direct"
+                      else await self.query_engine.aquery(query_bundle))
+            return cast("RESPONSE_TYPE", self._shadowed(query_bundle, fixed or "rag", answer))
         if fixed == "rag":
             return await self.query_engine.aquery(query_bundle)
         if fixed == "direct":
@@ -418,3 +485,21 @@ class TrustMarginQueryEngine(BaseQueryEngine):
         if decision is None:
             return None
         return rag if chosen_side(decision) == "rag" else direct
+
+
+def _then(pieces: Any, done: Callable[[str], None]) -> Generator[str, None, None]:
+    """``pieces`` as they come; ``done(text)`` after the last one."""
+    seen = []
+    for piece in pieces:
+        seen.append(piece)
+        yield piece
+    done("".join(seen))
+
+
+async def _athen(pieces: Any, done: Callable[[str], None]) -> AsyncGenerator[str, None]:
+    """Async :func:`_then`."""
+    seen = []
+    async for piece in pieces:
+        seen.append(piece)
+        yield piece
+    done("".join(seen))
