@@ -90,6 +90,31 @@ def make_engine():
 '''
 
 
+HOSTED_MODULE = '''
+from itertools import cycle
+
+from langchain_core.language_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage
+from langchain_core.prompts import ChatPromptTemplate
+from langchain_core.runnables import RunnablePassthrough
+
+from trustmargin_integrations import BM25Index
+from trustmargin_integrations.langchain import TrustMarginRetriever
+
+
+class HostedChat(GenericFakeChatModel):
+    model_name: str = "gpt-4o-mini"
+
+
+retriever = TrustMarginRetriever(retriever=BM25Index.from_corpus({corpus!r}), k=2)
+prompt = ChatPromptTemplate.from_messages([("system", "Context: {{context}}"),
+                                           ("human", "{{question}}")])
+chain = ({{"context": retriever, "question": RunnablePassthrough()}} | prompt
+         | HostedChat(messages=cycle([AIMessage(content="It is Marta Okonkwo."),
+                                      AIMessage(content="It opened in 1987.")])))
+'''
+
+
 @pytest.fixture
 def one_model(tm: TrustMargin, monkeypatch: pytest.MonkeyPatch) -> TrustMargin:
     """The session's embedded model wherever a chain module or the check loads one."""
@@ -361,3 +386,30 @@ def test_another_answering_model_is_named_once(tm: TrustMargin,
     assert len(warned) == 2, warned
     assert "answers with 'gpt-4o-mini'" in warned[0] and f"scores with {scorer!r}" in warned[0]
     assert "does not report" in warned[1] and f"scores with {scorer!r}" in warned[1]
+
+
+@pytest.mark.slow
+def test_check_chain_names_both_models_when_the_chain_answers_with_another(
+        one_model: TrustMargin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A chain answering with a hosted model (scripted here: none can be reached; its
+    answers are instant, so only the scoring takes time) is checked, with the warning."""
+    from trustmargin_integrations import answering
+
+    monkeypatch.setattr(answering, "_WARNED", set())
+    _module(tmp_path, monkeypatch, "hosted_rag", HOSTED_MODULE)
+    labeled = _labeled(tmp_path / "labeled.jsonl")
+    with caplog.at_level(logging.WARNING, logger="trustmargin_integrations"):
+        result = run_main("check", "--chain", "hosted_rag:chain",
+                          str(tmp_path / "labeled.jsonl"), "--folds", "2", "--resamples", "200")
+    assert result.exit_code == 0, result.output
+    assert "answered by RunnableSequence (gpt-4o-mini)" in " ".join(result.output.split())
+    warned = [r.getMessage() for r in caplog.records if r.name == "trustmargin_integrations"]
+    assert len(warned) == 1, warned
+    assert f"answers with 'gpt-4o-mini', but TrustMargin scores with " \
+           f"{one_model.backend.model_id!r}" in warned[0]
+    # The chain's own AIMessage texts were recorded, as it returned them.
+    records = _records(tmp_path / "labeled.jsonl.check")
+    assert [r["id"] for r in records] == [r["id"] for r in labeled]
+    assert {r["rag_answer"] for r in records} | {r["direct_answer"] for r in records} == {
+        "It is Marta Okonkwo.", "It opened in 1987."}

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trustmargin_integrations.answering import warn_other_model
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.datasets import EvalExample
@@ -38,12 +37,11 @@ _KINDS = "a LangChain Runnable or a LlamaIndex query engine"
 
 @dataclass(frozen=True)
 class ChainAnswerer:
-    """A chain ready to answer both ways: ``answer(question)``, and the name of the model it
-    answers with (None: not reported) and the warning when that is not the scorer."""
+    """A chain ready to answer both ways: ``answer(question)``, and how to name it (its
+    class and the model it answers with)."""
 
     answer: Callable[[str], BothAnswers]
     label: str
-    warning: str | None
 
 
 def _runnable(value: Any) -> bool:
@@ -82,6 +80,8 @@ def answerer(chain: Any, tm: TrustMargin, *, llm: Any = None, field: str = "chai
              ) -> ChainAnswerer:
     """``chain`` wrapped to answer both ways through TrustMargin's adapter for it (the
     drop-in for a Runnable, the query engine wrapper for a query engine), nothing scored.
+    The adapter logs the warning, naming both models, when the chain's model is not the
+    scorer.
 
     Args:
         chain: a LangChain Runnable with a retriever in it, or a LlamaIndex query engine.
@@ -121,8 +121,7 @@ def answerer(chain: Any, tm: TrustMargin, *, llm: Any = None, field: str = "chai
     else:
         raise InvalidInputError(field, f"is a {type(chain).__name__}, not {_KINDS}",
                                 "pass your LCEL chain or your query engine")
-    return ChainAnswerer(answer=answer, label=label,
-                         warning=warn_other_model(name, tm.backend.model_id))
+    return ChainAnswerer(answer=answer, label=label)
 
 
 def _key(question: str) -> str:

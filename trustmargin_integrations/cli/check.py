@@ -220,8 +220,6 @@ def _answer_with_chain(chain: Any, labeled: Path, run_dir: Path, *, choice: Back
     choice.check()
     tm = TrustMargin(choice.open(), TrustMarginConfig(top_k=top_k, batch_size=batch_size))
     answering = chain_answers.answerer(chain, tm, llm=llm)
-    if answering.warning:
-        typer.echo(f"warning: {shown(answering.warning)}", err=True)
     answers = chain_answers.answer_all(answering, examples, run_dir, progress=progress)
     chain_answers.write_records(examples, answers, records)
     typer.echo(f"{labeled.name}: {len(examples)} questions answered by {answering.label}, "

@@ -589,6 +589,8 @@ def with_trustmargin(
     :data:`~trustmargin_integrations.langchain.decisions.DECISION_EVENT` custom event;
     ``output="decision"`` returns it instead. When nothing is retrieved the closed-book
     output is returned (reason ``no_evidence``). Streaming: see :class:`TrustMarginChain`.
+    When the chain's chat model is not the scorer (``tm.backend.model_id``), a warning naming
+    both is logged once per pair of models.
 
     Args:
         chain: your chain, or None to build the tutorial shape from the parts below.
