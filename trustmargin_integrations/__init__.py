@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from trustmargin_integrations.answers import answers_agree, clean_answer, normalize_answer
     from trustmargin_integrations.arbiter import TrustMargin
     from trustmargin_integrations.backends.base import Backend
+    from trustmargin_integrations.cli.chain_check import check_chain
     from trustmargin_integrations.config import TrustMarginConfig
     from trustmargin_integrations.errors import (
         BackendError,
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
 _MODULE_OF = {
     "answers_agree": "answers", "clean_answer": "answers", "normalize_answer": "answers",
     "TrustMargin": "arbiter",
+    "check_chain": "cli.chain_check",
     "Backend": "backends.base",
     "TrustMarginConfig": "config",
     "BackendError": "errors", "CacheCorruptError": "errors", "InvalidInputError": "errors",
@@ -96,6 +98,7 @@ __all__ = [
     "ViewLikelihoods",
     "ViewPrompts",
     "answers_agree",
+    "check_chain",
     "clean_answer",
     "compute_margins",
     "decide",

@@ -6,7 +6,9 @@ response and its source nodes), so they need the side, not only the text.
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from trustmargin_integrations.schema import Decision
 
@@ -21,3 +23,26 @@ def chosen_side(decision: Decision) -> Side:
         return decision.source
     rag = decision.rag_raw if decision.rag_raw is not None else decision.rag_answer
     return "rag" if decision.answer.strip() == rag.strip() else "direct"
+
+
+@dataclass(frozen=True)
+class BothAnswers:
+    """A user's chain run both ways on one question, nothing scored: its closed-book answer
+    (``direct``), its answer as deployed (``rag``) and the passages its retriever returned
+    for that answer, as text. :meth:`record` gives the labeled record fields the domain
+    check reads (``direct_answer``, ``rag_answer``, ``passages``)."""
+
+    direct: str
+    rag: str
+    passages: tuple[str, ...]
+
+    def record(self) -> dict[str, Any]:
+        """The labeled record's fields: ``direct_answer``, ``rag_answer``, ``passages``."""
+        return {"direct_answer": self.direct, "rag_answer": self.rag,
+                "passages": list(self.passages)}
+
+    @classmethod
+    def from_record(cls, value: Mapping[str, Any]) -> BothAnswers:
+        """The inverse of :meth:`record` (a stored value read back)."""
+        return cls(direct=str(value["direct_answer"]), rag=str(value["rag_answer"]),
+                   passages=tuple(str(p) for p in value["passages"]))

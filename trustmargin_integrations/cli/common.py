@@ -211,3 +211,50 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
     with atomic_output(path) as fh:
         for rec in records:
             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+
+
+def import_spec(spec: str, option: str, example: str) -> Any:
+    """The object ``package.module:attr`` names (``option``'s value), imported; a typed
+    error naming ``option`` when the spec, the module or the attribute is wrong."""
+    import importlib
+
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise InvalidInputError(option, f"{spec!r} is not 'module:attribute'",
+                                f"e.g. {option} {example}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InvalidInputError(option, f"module {module_name!r} cannot be imported "
+                                f"({exc})", "install it, fix the module path, or put its "
+                                "folder on PYTHONPATH") from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise InvalidInputError(option, f"module {module_name!r} has no {attr!r}",
+                                "name an attribute the module defines") from None
+
+
+@dataclass(frozen=True)
+class LoadedBackend(BackendChoice):
+    """A backend already loaded (the scorer a caller passed, or one loaded to run a chain
+    check): the commands that take a :class:`BackendChoice` check and load nothing again."""
+
+    loaded: Any = None
+
+    @property
+    def model(self) -> str:
+        """The loaded backend's model id."""
+        return str(self.loaded.model_id)
+
+    @property
+    def local(self) -> bool:
+        """True for a local model."""
+        return bool(getattr(self.loaded.capabilities, "kind", "hf") == "hf")
+
+    def check(self) -> None:
+        """Nothing to check: it is loaded."""
+
+    def open(self) -> Any:
+        """The loaded backend itself."""
+        return self.loaded

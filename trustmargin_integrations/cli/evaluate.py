@@ -3,7 +3,6 @@ the retrieval-noise experiment) over datasets into a resumable run directory."""
 
 from __future__ import annotations
 
-import importlib
 import os
 import platform
 import shlex
@@ -16,7 +15,7 @@ import typer
 
 from trustmargin_integrations.cli.app import command
 from trustmargin_integrations.cli.boundary import shown
-from trustmargin_integrations.cli.common import BackendChoice, backend_choice
+from trustmargin_integrations.cli.common import BackendChoice, backend_choice, import_spec
 from trustmargin_integrations.cli.options import (
     BackendOpt,
     ConcurrencyOpt,
@@ -266,18 +265,7 @@ def _evaluate(settings: _Settings,
 
 def _retriever_from_spec(spec: str) -> object:
     """``package.module:factory`` -> ``factory()`` (e.g. an Elasticsearch retriever)."""
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise InvalidInputError("--retriever", f"{spec!r} is not 'module:callable'",
-                                "e.g. --retriever mypkg.search:make_retriever")
-    try:
-        factory = getattr(importlib.import_module(module_name), attr)
-    except ImportError as exc:
-        raise InvalidInputError("--retriever", f"module {module_name!r} cannot be imported "
-                                f"({exc})", "install it or fix the module path") from None
-    except AttributeError:
-        raise InvalidInputError("--retriever", f"module {module_name!r} has no {attr!r}",
-                                "name a callable the module defines") from None
+    factory = import_spec(spec, "--retriever", "mypkg.search:make_retriever")
     return factory() if callable(factory) else factory
 
 

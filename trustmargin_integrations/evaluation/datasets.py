@@ -192,8 +192,15 @@ def _llama_index_records(data: dict[str, Any], file: Path) -> list[tuple[str, An
                 raise InvalidInputError(where, "is not an object",
                                         "save the dataset with LabelledRagDataset.save_json")
             out.append((where, {"question": example.get("query"), "id": i,
-                                "answer": example.get("reference_answer")}))
+                                "answer": example.get("reference_answer"),
+                                **{k: example[k] for k in CHAIN_FIELDS if k in example}}))
         return out
+    if isinstance(data.get("predictions"), list):
+        raise InvalidInputError(f"{file.name}.predictions", "is a LlamaIndex prediction "
+                                "dataset: one answer per question, not the two (without and "
+                                "with retrieval) the check compares, and no gold answers",
+                                "run `trustmargin check --chain MODULE:ENGINE LABELED` on "
+                                "your query engine with the labeled dataset instead")
     queries, responses = data.get("queries"), data.get("responses")
     if isinstance(queries, dict) and isinstance(responses, dict):
         return [(f"{file.name}.queries[{key!r}]", {"id": key, "question": query,
@@ -209,16 +216,32 @@ LANGSMITH_QUESTION_KEYS = ("question", "input", "query")
 LANGSMITH_ANSWER_KEYS = ("answer", "answers", "output", "reference", "expected")
 
 
-def _langsmith_record(record: Any) -> Any:
+def _langsmith_record(record: Any, where: str) -> Any:
     """A LangSmith example (``{"inputs": {...}, "outputs": {...}}``, as ``Example`` objects
-    dump and dataset exports write them) as our record; any other record as it is."""
+    dump and dataset exports write them) as our record; any other record as it is. The
+    chain's answers (``direct_answer``, ``rag_answer``) are read from the outputs or the
+    inputs; any other output key beside the gold answer is refused, naming it."""
     if not isinstance(record, dict) or "question" in record or not isinstance(
             record.get("inputs"), dict):
         return record
     inputs, outputs = record["inputs"], record.get("outputs") or {}
+    answer_key = next((k for k in LANGSMITH_ANSWER_KEYS if k in outputs), None)
     flat = {"id": record.get("id"),
             "question": next((inputs[k] for k in LANGSMITH_QUESTION_KEYS if k in inputs), None),
-            "answer": next((outputs[k] for k in LANGSMITH_ANSWER_KEYS if k in outputs), None)}
+            "answer": outputs.get(answer_key) if answer_key else None,
+            # The chain's own answers travel in the outputs (or inputs) of an exported run.
+            **{k: v for part in (inputs, outputs) for k, v in part.items()
+               if k in CHAIN_FIELDS}}
+    unread = [k for k in outputs if k != answer_key and k not in CHAIN_FIELDS]
+    if answer_key is not None and unread:
+        # Never fitted on without them: an answer under a name we do not read would leave
+        # the check on the scorer's own answers, saying nothing (issue 34).
+        raise InvalidInputError(f"{where}.outputs.{unread[0]}", "is not read: the gold "
+                                f"answer is read from outputs.{answer_key} and your chain's "
+                                "answers from direct_answer and rag_answer",
+                                "rename your chain's two answers to direct_answer (run "
+                                "without retrieval) and rag_answer (as deployed), or remove "
+                                "the key")
     passages = next((inputs[k] for k in ("passages", "context", "contexts") if k in inputs),
                     None)
     if isinstance(passages, list):
@@ -245,7 +268,7 @@ def load_examples(path: str | Path, dataset: str | None = None) -> list[EvalExam
     name = dataset or file.stem
     out = []
     for i, (where, given) in enumerate(_records(file)):
-        rec = _langsmith_record(given)
+        rec = _langsmith_record(given, where)
         if not isinstance(rec, dict) or not isinstance(rec.get("question"), str):
             raise InvalidInputError(f"{where}.question", "is missing or not a string",
                                     "give every record a 'question' string")

@@ -41,9 +41,11 @@ from langchain_core.runnables.utils import ConfigurableFieldSpec, add, get_uniqu
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from trustmargin_integrations.answering import warn_other_model
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.config import typed_error
 from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.langchain.answering import answering_model
 from trustmargin_integrations.langchain.chains import text_of
 from trustmargin_integrations.langchain.decisions import (
     DECISION_EVENT,
@@ -64,6 +66,7 @@ from trustmargin_integrations.langchain.state import (
 )
 from trustmargin_integrations.schema import Decision
 from trustmargin_integrations.shadow import Shadow, shadow_record
+from trustmargin_integrations.sides import BothAnswers
 from trustmargin_integrations.validation import check_question
 
 SIDES: tuple[Side, ...] = ("rag", "direct")
@@ -276,6 +279,21 @@ class TrustMarginChain(RunnableSerializable[Any, Any]):
         itself for RAG (nothing recorded, nothing scored), its closed-book copy for Direct."""
         runnable = self.chain if side == "rag" else self.sides["direct"]
         return runnable, self._side_config(config, callbacks, side, [])
+
+    def both_answers(self, value: Any, config: RunnableConfig | None = None) -> BothAnswers:
+        """Your chain run both ways on one input, as a scoring call runs it (concurrently,
+        each side tagged), but nothing scored: the closed-book and the deployed answer as
+        text, and the page contents of the documents the deployed run retrieved. What
+        ``trustmargin check --chain`` records for each labeled question."""
+        self._question(value)
+        documents: list[list[Document]] = []
+        cfg = config or {}
+        outputs = self._run_sides(lambda side, c: self.sides[side].invoke(value, c), cfg,
+                                  cfg.get("callbacks"), documents)
+        texts = {side: self._text(outputs[side], side) or "" for side in SIDES}
+        return BothAnswers(direct=texts["direct"], rag=texts["rag"],
+                           passages=tuple(d.page_content for d in
+                                          (documents[0] if documents else [])))
 
     def _shaped(self, decision: Decision, outputs: Mapping[str, Any]) -> Any:
         return decision if self.output == "decision" else outputs[chosen_side(decision)]
@@ -653,6 +671,8 @@ def with_trustmargin(
     :data:`~trustmargin_integrations.langchain.decisions.DECISION_EVENT` custom event;
     ``output="decision"`` returns it instead. When nothing is retrieved the closed-book
     output is returned (reason ``no_evidence``). Streaming: see :class:`TrustMarginChain`.
+    When the chain's chat model is not the scorer (``tm.backend.model_id``), a warning naming
+    both is logged once per pair of models.
 
     Args:
         chain: your chain, or None to build the tutorial shape from the parts below.
@@ -713,6 +733,7 @@ def with_trustmargin(
                                     "the chain")
         direct = replace(direct, user_prompt, closed_book_prompt)
     sides = {"rag": replace(chain, target, _recording(target, field_name)), "direct": direct}
+    warn_other_model(answering_model(chain), router.tm.backend.model_id)
     return TrustMarginChain(chain=chain, sides=sides, router=router, output=output,
                             question_key=key, answer_key=_answer_key(chain, answer_key),
                             live=live, shadow=shadow, name="TrustMarginChain")

@@ -22,21 +22,23 @@ from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
+from trustmargin_integrations.answering import warn_other_model
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.llama_index.answering import engine_llm, llm_name
 from trustmargin_integrations.llama_index.arbiter import METADATA_KEY, TrustMarginArbiter
 from trustmargin_integrations.llama_index.nodes import node_ref, node_to_passage
 from trustmargin_integrations.llama_index.pipeline_engine import (
     PIPELINE_METADATA_KEY,
     PipelineQueryEngine,
 )
-from trustmargin_integrations.llama_index.responses import arecord, like, record
+from trustmargin_integrations.llama_index.responses import arecord, like, record, response_text
 from trustmargin_integrations.llama_index.retrieval import evidence_source, no_retrieve_error
 from trustmargin_integrations.llama_index.tracing import capture, install_trace_collector
 from trustmargin_integrations.prompts import QUESTION_ONLY_TEMPLATE
 from trustmargin_integrations.retrieval.base import Retriever
 from trustmargin_integrations.shadow import Shadow, shadow_record
-from trustmargin_integrations.sides import Side, chosen_side
+from trustmargin_integrations.sides import BothAnswers, Side, chosen_side
 from trustmargin_integrations.validation import check_question
 
 __all__ = ["CLOSED_BOOK_PROMPT_KEY", "QUESTION_VARIABLES", "TrustMarginQueryEngine"]
@@ -182,6 +184,7 @@ class TrustMarginQueryEngine(BaseQueryEngine):
                                     "runs it alone)")
         if self.trace:
             install_trace_collector()
+        warn_other_model(llm_name(engine_llm(query_engine) or llm), tm.backend.model_id)
         super().__init__(callback_manager or getattr(query_engine, "callback_manager", None))
 
     @property
@@ -458,6 +461,27 @@ class TrustMarginQueryEngine(BaseQueryEngine):
         result = self.arbiter.arbitrate(query_bundle, direct, rag, source_nodes=nodes,
                                         metadata=metadata)
         return like(raw, result, self._kept_pieces(result, rag_pieces, direct_pieces))
+
+    def both_answers(self, question: str) -> BothAnswers:
+        """The inner engine's answer and ``llm``'s closed-book answer to one question, run
+        as a scoring query runs them (concurrently) but nothing scored, with the text of the
+        inner response's source nodes. What ``trustmargin check --chain`` records for each
+        labeled question; needs ``llm`` (the closed-book side)."""
+        if self.llm is None:
+            raise InvalidInputError("llm", "is None: the closed-book answer would be the "
+                                    "scorer's, not your engine's",
+                                    "pass the LLM your engine answers with (llm=...)")
+        bundle = QueryBundle(question)
+        self._check_query(bundle)
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            inner = pool.submit(contextvars.copy_context().run, self._inner, bundle)
+            closed = pool.submit(contextvars.copy_context().run, self._closed_book, bundle,
+                                 False)
+            _, rag, _, _ = inner.result()
+            direct, _ = closed.result()
+        nodes = getattr(rag, "source_nodes", None) or []
+        return BothAnswers(direct=direct or "", rag=str(response_text(rag) or ""),
+                           passages=tuple(n.node.get_content() for n in nodes))
 
     async def _aquery(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
         self._check_query(query_bundle)
