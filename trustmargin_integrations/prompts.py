@@ -47,6 +47,13 @@ CONTEXT_ONLY_TEMPLATE = (
 )
 
 
+def question_free_prompt() -> str:
+    """The question-only prompt with nothing asked: ours, not the paper's. Against it, the
+    question-only view says how much a text depends on the question (which of two chat
+    texts' differing places answers it, :mod:`trustmargin_integrations.arbiter.comparisons`)."""
+    return QUESTION_ONLY_TEMPLATE.format(question="")
+
+
 def format_passage(index: int, passage: str) -> str:
     """One line of the concatenated context: ``Passage i: ...`` (0-based, retrieval order)."""
     return f"Passage {index}: {passage}"

@@ -19,7 +19,7 @@ from trustmargin_integrations.comparison import Span, differential, scored_text
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.prompts import extract_prompt
 from trustmargin_integrations.reading import plain, same_reading, stated_in
-from trustmargin_integrations.schema import CompareForm, ViewLikelihoods
+from trustmargin_integrations.schema import CompareForm
 
 # A stated short answer is a phrase: a few tokens, never the whole text again.
 EXTRACT_MAX_NEW_TOKENS = 16
@@ -100,15 +100,14 @@ def by_difference(question: str, direct: str, rag: str) -> Compared:
     return replace(each[0], options=tuple(each)) if len(each) > 1 else each[0]
 
 
-def answer_bearing(scores: Sequence[tuple[ViewLikelihoods, ViewLikelihoods]]) -> int:
-    """Which of a pair's candidate stretches carries the answer: the one both sides' texts
-    make the likeliest answer to the question, under the two views that ask it (question
-    only, question and passages; per-token likelihoods summed over both sides). A lead-in, a
-    caveat or a citation is an unlikely answer to any question; the answer is not. The sum
-    is symmetric in the two sides, so the choice favours neither source."""
-    def answer_like(pair: tuple[ViewLikelihoods, ViewLikelihoods]) -> float:
-        return sum(v.question_only + v.question_context for v in pair)
-    return max(range(len(scores)), key=lambda k: answer_like(scores[k]))
+def answer_bearing(raised: Sequence[tuple[float, float]]) -> int:
+    """Which of a pair's candidate stretches carries the answer: the one that the question
+    makes likelier as an answer, on both sides together (``raised``: per stretch, Direct's
+    then RAG's per-token log-likelihood as a bare answer after the question-only prompt minus
+    after the same prompt with nothing asked). A lead-in, a hedge or a citation reads the
+    same whatever was asked; the answer to the question does not. The sum is symmetric in the
+    two sides, so the choice favours neither source, and it uses no list of phrases."""
+    return max(range(len(raised)), key=lambda k: sum(raised[k]))
 
 
 def compare_chunk(session: ModelSession, render: Callable[[str], str],

@@ -32,7 +32,7 @@ from trustmargin_integrations.backends.spec import BackendSpec
 from trustmargin_integrations.calibration_file import AUTO, Calibration, calibration_for
 from trustmargin_integrations.config import TrustMarginConfig, check_rule_value
 from trustmargin_integrations.errors import InvalidInputError
-from trustmargin_integrations.prompts import PROMPT_VERSION
+from trustmargin_integrations.prompts import PROMPT_VERSION, question_free_prompt
 from trustmargin_integrations.retrieval.base import Retriever, retrieve_batch
 from trustmargin_integrations.rule import Policy
 from trustmargin_integrations.schema import Decision, Passage, Timings, ViewLikelihoods
@@ -405,6 +405,11 @@ class TrustMargin:
                 # the transformers fast path scores all answers of a prompt off one cache.
                 rows = [(chunk[i], plans[i].items) for i in to_score]
                 scores = score_rows(session, rows, to_score)
+                if any(plans[i].choices for i in to_score):
+                    compared = choose_stretches(
+                        session, self.backend.render_prompt(question_free_prompt()),
+                        [(chunk[i], plan, row, scores.get(i))
+                         for i, (plan, row) in enumerate(zip(plans, compared, strict=True))])
                 scoring_s = (time.perf_counter() - start) / len(to_score)
         total = (time.perf_counter() - began) / len(chunk)
         out = []
@@ -412,8 +417,7 @@ class TrustMargin:
             timings = Timings(generate_direct_s=direct[i].seconds,
                               generate_rag_s=rag[i].seconds, comparing_s=comparing_s,
                               scoring_s=scoring_s if i in scores else 0.0, total_s=total)
-            chosen = choose_stretches(plans[i], compared[i], scores.get(i))
-            out.append(Evidence(prepared, direct[i], options[i], chosen, plans[i],
+            out.append(Evidence(prepared, direct[i], options[i], compared[i], plans[i],
                                 scores.get(i), timings, self.backend.model_id, keep_prompts))
         return out
 

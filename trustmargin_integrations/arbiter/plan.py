@@ -86,21 +86,41 @@ def plan_question(prepared: PreparedQuestion, direct: str, rag: list[str],
     return plan
 
 
-def choose_stretches(plan: Plan, compared: list[Compared],
-                     scores: list[ViewLikelihoods] | None) -> list[Compared]:
+def choose_stretches(
+    session: ModelSession, question_free: str,
+    rows: list[tuple[PreparedQuestion, Plan, list[Compared], list[ViewLikelihoods] | None]],
+) -> list[list[Compared]]:
     """Each pair's compared form once its candidate stretches are scored: the answer-bearing
     one (:func:`~.comparisons.answer_bearing`), which ``plan.pairs`` then points at; a copy
-    of an earlier candidate takes that one's choice."""
-    out = list(compared)
-    if scores is None:
-        return out
-    for j, items in plan.choices.items():
-        k = answer_bearing([(scores[d], scores[r]) for d, r in items])
-        plan.pairs[j] = items[k]
-        out[j] = compared[j].options[k]
-    for j, earlier in plan.copies.items():
-        out[j] = out[earlier]
+    of an earlier candidate takes that one's choice. Each candidate stretch is scored bare,
+    as an answer, after the question-only prompt and after ``question_free`` (the rendered
+    prompt with nothing asked): one session call for all rows."""
+    requests: list[ContinuationRequest] = []
+    for prepared, plan, _, scores in rows:
+        if scores is None:
+            continue
+        for i in _choice_items(plan):
+            text = " ".join(piece.text.strip() for piece in plan.items[i])
+            requests += [ContinuationRequest(prepared.views.question_only, text),
+                         ContinuationRequest(question_free, text)]
+    flat = iter(session.score(requests) if requests else [])
+    out = []
+    for _, plan, compared, scores in rows:
+        chosen = list(compared)
+        if scores is not None:
+            raised = {i: next(flat).mean - next(flat).mean for i in _choice_items(plan)}
+            for j, items in plan.choices.items():
+                k = answer_bearing([(raised[d], raised[g]) for d, g in items])
+                plan.pairs[j] = items[k]
+                chosen[j] = compared[j].options[k]
+            for j, earlier in plan.copies.items():
+                chosen[j] = chosen[earlier]
+        out.append(chosen)
     return out
+
+
+def _choice_items(plan: Plan) -> list[int]:
+    return sorted({i for items in plan.choices.values() for pair in items for i in pair})
 
 
 def score_rows(
