@@ -179,7 +179,8 @@ def check_run_dir(run_dir: Path) -> None:
     """Read a run directory once, so that a corrupt or wrong-shaped manifest is one typed
     error naming it (the manifest reader in evaluation/rundir.py raises KeyError, TypeError
     or JSONDecodeError on one)."""
-    from trustmargin_integrations.evaluation.rundir import MANIFEST_FILE, load_run
+    from trustmargin_integrations.evaluation.rundir import load_run
+    from trustmargin_integrations.output_guard import MANIFEST_FILE
 
     try:
         load_run(run_dir)
