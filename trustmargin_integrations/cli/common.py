@@ -172,7 +172,7 @@ def open_retriever(corpus: Path | None, index: Path | None, elasticsearch: str |
         from trustmargin_integrations.retrieval.elasticsearch import ElasticsearchRetriever
 
         return ElasticsearchRetriever.connect(elasticsearch, index=es_index)
-    return BM25Index.from_corpus(corpus) if corpus else BM25Index.load(index)  # type: ignore[arg-type]
+    return BM25Index.from_corpus(corpus) if corpus else BM25Index.load(index)
 
 
 def check_run_dir(run_dir: Path) -> None:
