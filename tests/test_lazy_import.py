@@ -3,42 +3,27 @@ public name still resolves from the root."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from import_support import fresh_modules
 
 import trustmargin_integrations as package
 
-ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ["bm25s", "Stemmer", "numpy", "torch", "transformers",
          "trustmargin_integrations.arbiter", "trustmargin_integrations.retrieval"]
 
 
-def _fresh_modules(code: str) -> set[str]:
-    """The modules loaded by ``code`` in a fresh interpreter (this worktree first on the
-    path, so the checkout under test is the one imported)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    out = subprocess.run([sys.executable, "-c", code + "\nimport json, sys\n"
-                          "print(json.dumps(sorted(sys.modules)))"],
-                         capture_output=True, text=True, check=True, env=env, cwd=ROOT)
-    return set(json.loads(out.stdout.strip().splitlines()[-1]))
-
-
 def test_importing_errors_loads_no_heavy_module() -> None:
-    loaded = _fresh_modules("import trustmargin_integrations.errors")
+    loaded = fresh_modules("import trustmargin_integrations.errors")
     assert "trustmargin_integrations.errors" in loaded
     assert not [name for name in HEAVY if name in loaded]
 
 
 def test_importing_the_root_loads_no_heavy_module_until_a_name_is_used() -> None:
-    loaded = _fresh_modules("import trustmargin_integrations")
+    loaded = fresh_modules("import trustmargin_integrations")
     assert not [name for name in HEAVY if name in loaded]
-    used = _fresh_modules("from trustmargin_integrations import TrustMargin")
+    used = fresh_modules("from trustmargin_integrations import TrustMargin")
     assert "trustmargin_integrations.arbiter" in used
 
 
@@ -62,6 +47,6 @@ def test_the_records_and_the_retrievers_load_neither_the_rule_nor_the_settings()
     # decision policies (the rule reads the records, never the other way round).
     for code in ("import trustmargin_integrations.schema",
                  "from trustmargin_integrations.retrieval import BM25Index"):
-        loaded = _fresh_modules(code)
+        loaded = fresh_modules(code)
         assert "trustmargin_integrations.schema" in loaded
         assert not {"trustmargin_integrations.rule", "trustmargin_integrations.config"} & loaded

@@ -48,7 +48,7 @@ def check_objective(value: str, field: str = "objective") -> Objective:
         raise InvalidInputError(field, f"must be one of {', '.join(OBJECTIVES)}, got {value!r}",
                                 "use f1 for short answers, contains for chat or long-form "
                                 "answers (em: exact match)")
-    return value  # type: ignore[return-value]
+    return value
 
 
 SHIPPED = "shipped"

@@ -86,7 +86,7 @@ def differential(direct: str, rag: str, question: str = "") -> Comparison:
     matcher = SequenceMatcher(None, [t.key for t in left], [t.key for t in right],
                               autojunk=False)
     opcodes = matcher.get_opcodes()
-    changed = [op for op in opcodes if op[0] == "replace"]
+    changed: list[tuple[str, int, int, int, int]] = [op for op in opcodes if op[0] == "replace"]
     if not changed:
         changed = [_widened(op, len(left), len(right)) for op in opcodes if op[0] != "equal"]
     asked = set(keys(question))

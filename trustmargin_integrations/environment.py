@@ -46,7 +46,7 @@ def read_environment(model: type[SettingsT], prefix: str) -> SettingsT:
     """
     _refuse_digit_separators(model, prefix)
     try:
-        return model(_env_prefix=prefix)  # type: ignore[call-arg]
+        return model(_env_prefix=prefix)
     except ValidationError as exc:
         error = exc.errors()[0]
         variable = f"{prefix}{str(error['loc'][0]).upper()}"

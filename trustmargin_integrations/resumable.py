@@ -63,8 +63,10 @@ def run_chunks(
     if batch_size < 1:
         raise InvalidInputError("batch_size", f"must be >= 1, got {batch_size}",
                                 "use a batch size of 1 or more")
-    seen: set[str] = set()
-    unique = [item for item in items if not (key(item) in seen or seen.add(key(item)))]
+    first: dict[str, T] = {}  # each key once, at its first item
+    for item in items:
+        first.setdefault(key(item), item)
+    unique = list(first.values())
     chunks = [unique[start:start + batch_size] for start in range(0, len(unique), batch_size)]
     stored = sum(key(item) in store for item in unique)
     computed: list[str] = []

@@ -27,8 +27,8 @@ from trustmargin_integrations import strict_json
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
-from trustmargin_integrations.evaluation.rundir import guard_output
 from trustmargin_integrations.files import atomic_output, same_file
+from trustmargin_integrations.output_guard import guard_output
 from trustmargin_integrations.prompts import PROMPT_VERSION
 from trustmargin_integrations.resumable import run_chunks
 from trustmargin_integrations.schema import Decision

@@ -154,7 +154,7 @@ class ArbitrationInput(BaseModel):
     __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
 
     @classmethod
-    def model_validate(cls, obj: Any, **options: Any) -> ArbitrationInput:  # type: ignore[override]
+    def model_validate(cls, obj: Any, **options: Any) -> ArbitrationInput:
         """Build the model from a mapping (``options`` as pydantic's; a ``context`` is a
         ``_Checking`` naming the fields), raising the typed error of a bad field."""
         options["context"] = options.get("context") or _Checking()
@@ -162,7 +162,7 @@ class ArbitrationInput(BaseModel):
             return super().model_validate(obj, **options)
 
     @classmethod
-    def model_validate_json(cls, json_data: str | bytes | bytearray,  # type: ignore[override]
+    def model_validate_json(cls, json_data: str | bytes | bytearray,
                             **options: Any) -> ArbitrationInput:
         """:meth:`model_validate` of a JSON document."""
         options["context"] = options.get("context") or _Checking()

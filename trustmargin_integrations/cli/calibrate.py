@@ -48,7 +48,7 @@ def calibrate(
     if folds == 1 or folds < 0:
         raise InvalidInputError("--folds", f"must be 0 or >= 2, got {folds}",
                                 "use 5 (the default), or 0 to skip cross-validation")
-    from trustmargin_integrations.evaluation.rundir import guard_output
+    from trustmargin_integrations.output_guard import guard_output
 
     target = guard_output(out or Path(run_dir) / "calibration.json", "--out", run_dir=run_dir)
     check_run_dir(run_dir)

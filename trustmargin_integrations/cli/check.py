@@ -136,7 +136,7 @@ def run_check(labeled: Path, *, choice: BackendChoice, chain: Any = None,
         describe_check,
         next_step,
     )
-    from trustmargin_integrations.evaluation.rundir import guard_output
+    from trustmargin_integrations.output_guard import guard_output
 
     check_resamples(resamples, "--resamples")  # before any model or file work
     check_seed(seed, "--seed")

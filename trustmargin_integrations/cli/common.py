@@ -172,14 +172,15 @@ def open_retriever(corpus: Path | None, index: Path | None, elasticsearch: str |
         from trustmargin_integrations.retrieval.elasticsearch import ElasticsearchRetriever
 
         return ElasticsearchRetriever.connect(elasticsearch, index=es_index)
-    return BM25Index.from_corpus(corpus) if corpus else BM25Index.load(index)  # type: ignore[arg-type]
+    return BM25Index.from_corpus(corpus) if corpus else BM25Index.load(index)
 
 
 def check_run_dir(run_dir: Path) -> None:
     """Read a run directory once, so that a corrupt or wrong-shaped manifest is one typed
     error naming it (the manifest reader in evaluation/rundir.py raises KeyError, TypeError
     or JSONDecodeError on one)."""
-    from trustmargin_integrations.evaluation.rundir import MANIFEST_FILE, load_run
+    from trustmargin_integrations.evaluation.rundir import load_run
+    from trustmargin_integrations.output_guard import MANIFEST_FILE
 
     try:
         load_run(run_dir)

@@ -52,7 +52,7 @@ def demo(
     )
 
     if output is not None:
-        from trustmargin_integrations.evaluation.rundir import guard_output
+        from trustmargin_integrations.output_guard import guard_output
 
         guard_output(output, "--output", inputs={"--calibration": calibration_path(calibration)})
     choice = backend_choice(backend, model, device=device, dtype=dtype,

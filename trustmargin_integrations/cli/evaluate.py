@@ -166,8 +166,8 @@ def _guard_run_files(run_dir: Path, report: bool, inputs: dict[str, Path | None]
     """The output guard on every file ``eval`` writes in its run directory (it owns them):
     none may be a file the run reads, a link, a directory or a special file."""
     from trustmargin_integrations.evaluation.report.build import report_files
-    from trustmargin_integrations.evaluation.rundir import run_files
     from trustmargin_integrations.files import check_output
+    from trustmargin_integrations.output_guard import run_files
 
     reads = {option: path for option, path in inputs.items() if path is not None}
     for path in [*run_files(run_dir), *(report_files(run_dir) if report else ())]:

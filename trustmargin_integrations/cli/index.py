@@ -42,7 +42,7 @@ def index_cmd(
     if out.exists() and not out.is_dir():
         raise InvalidInputError("--out", f"{out} is a file, not a directory",
                                 "pass a new or existing directory for the index")
-    from trustmargin_integrations.evaluation.rundir import guard_output
+    from trustmargin_integrations.output_guard import guard_output
 
     for path in BM25Index.files(out):
         guard_output(path, "--out", inputs={"--corpus": corpus})

@@ -24,7 +24,7 @@ def report(
 ) -> None:
     """Write the Markdown report (tables, diagnostics, PNG plots) of a run directory."""
     from trustmargin_integrations.evaluation.report.build import build_report, report_files
-    from trustmargin_integrations.evaluation.rundir import guard_output
+    from trustmargin_integrations.output_guard import guard_output
 
     # The report and its summary (the figures beside them go through the writer's checks).
     for path in report_files(run_dir, out):

@@ -303,9 +303,10 @@ def load_named(name: str, data_dir: str | Path) -> list[EvalExample]:
                                     "holding trustmargin/, prag/ and hipporag/, or download "
                                     "the files (see docs)")
         examples.extend(load_examples(root / rel, dataset=name))
-    seen: set[str] = set()
-    unique = [e for e in sorted(examples, key=_id_key) if not (e.id in seen or seen.add(e.id))]
-    return unique
+    first: dict[str, EvalExample] = {}  # each id once, at its first example
+    for example in sorted(examples, key=_id_key):
+        first.setdefault(example.id, example)
+    return list(first.values())
 
 
 def load_dataset(name_or_path: str, data_dir: str | Path | None = None) -> list[EvalExample]:

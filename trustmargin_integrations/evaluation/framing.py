@@ -218,6 +218,6 @@ def disagreements(tm: TrustMargin,
     decisions = tm.arbitrate_batch([{"question": q[0], "passages": list(q[1])}
                                     for q in questions], progress=progress)
     return [Disagreement(q[0], list(q[1]), d.direct_answer, d.rag_answer,
-                         list(q[2]) if len(q) > 2 else [])  # type: ignore[misc]
+                         list(q[2]) if len(q) > 2 else [])
             for q, d in zip(questions, decisions, strict=True)
             if d.m is not None and d.source != "agree"]

@@ -195,7 +195,7 @@ def build_trustmargin_chain(
         return (question | pipeline.with_config(run_name="trustmargin_answer")
                 ).with_config(run_name="TrustMarginChain")
     documents = as_langchain_retriever(retriever, k, router.tm)
-    skip_rag = RunnableLambda(lambda _: None, name="no_documents")
+    skip_rag: RunnableLambda[Any, None] = RunnableLambda(lambda _: None, name="no_documents")
     return (
         RunnableParallel(question=question, documents=retrieval_step(question, documents))
         | RunnablePassthrough.assign(context=RunnableLambda(context_of, name="context"))

@@ -243,7 +243,7 @@ class TrustMarginChain(RunnableSerializable[Any, Any]):
         return cfg
 
     def _router_input(self, question: str, documents: list[list[Document]],
-                      outputs: Mapping[str, Any]) -> dict[str, Any]:
+                      outputs: Mapping[Side, Any]) -> dict[str, Any]:
         texts = {side: self._text(outputs[side], side) for side in SIDES}
         return {"question": question, "documents": documents[0] if documents else [],
                 "direct_answer": texts["direct"], "rag_answer": texts["rag"]}
@@ -295,7 +295,7 @@ class TrustMarginChain(RunnableSerializable[Any, Any]):
                            passages=tuple(d.page_content for d in
                                           (documents[0] if documents else [])))
 
-    def _shaped(self, decision: Decision, outputs: Mapping[str, Any]) -> Any:
+    def _shaped(self, decision: Decision, outputs: Mapping[Side, Any]) -> Any:
         return decision if self.output == "decision" else outputs[chosen_side(decision)]
 
     # -- shadow mode -------------------------------------------------------------------------
@@ -337,7 +337,7 @@ class TrustMarginChain(RunnableSerializable[Any, Any]):
     # -- invoke ------------------------------------------------------------------------------
 
     def _decide(self, question: str, documents: list[list[Document]],
-                outputs: Mapping[str, Any], run_manager: CallbackManagerForChainRun,
+                outputs: Mapping[Side, Any], run_manager: CallbackManagerForChainRun,
                 config: RunnableConfig) -> Decision:
         child = inner_config(patch_config(config, callbacks=run_manager.get_child()))
         decision = cast("Decision", self.router.invoke(
@@ -346,7 +346,7 @@ class TrustMarginChain(RunnableSerializable[Any, Any]):
         return decision
 
     async def _adecide(self, question: str, documents: list[list[Document]],
-                       outputs: Mapping[str, Any], run_manager: AsyncCallbackManagerForChainRun,
+                       outputs: Mapping[Side, Any], run_manager: AsyncCallbackManagerForChainRun,
                        config: RunnableConfig) -> Decision:
         child = inner_config(patch_config(config, callbacks=run_manager.get_child()))
         decision = cast("Decision", await self.router.ainvoke(
@@ -615,7 +615,7 @@ not streamed: ``{"side": kept side, "answer": its text, "output": its output whe
 carry it, "decision": the Decision as JSON}``."""
 
 
-def _correction(decision: Decision, outputs: Mapping[str, Any]) -> dict[str, Any]:
+def _correction(decision: Decision, outputs: Mapping[Side, Any]) -> dict[str, Any]:
     side = chosen_side(decision)
     kept = outputs[side]
     return {"side": side, "answer": decision.answer, "output": kept,
@@ -723,7 +723,7 @@ def with_trustmargin(
                                 f"'{context_key}' branch in a first step)", _PARTS_FIX)
     key = question_key or key_before(chain, target) or "question"
     field_name = key if key_before(chain, target) or question_key else "question"
-    no_documents = RunnableLambda(lambda _: [], name="no_documents")
+    no_documents: RunnableLambda[Any, list[Any]] = RunnableLambda(lambda _: [], name="no_documents")
     direct = replace(chain, target, no_documents)
     if closed_book_prompt is not None:
         user_prompt = next((p for p in walk(direct) if isinstance(p, BasePromptTemplate)), None)

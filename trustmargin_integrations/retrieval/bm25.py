@@ -9,6 +9,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 import Stemmer
@@ -19,6 +20,9 @@ from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.files import write_text_atomic
 from trustmargin_integrations.schema import Passage
 from trustmargin_integrations.validation import check_items, check_k, check_queries
+
+if TYPE_CHECKING:
+    import bm25s
 
 _META = "trustmargin_passages.json"
 # What bm25s.BM25.save writes into the folder (its default names), besides our passages.

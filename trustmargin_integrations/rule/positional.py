@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from trustmargin_integrations.rule.policies import HasMargins, Policy, PolicyVerdict
+from trustmargin_integrations.rule.policies import Policy, PolicyVerdict
 from trustmargin_integrations.rule.policies import apply_policy as _apply_policy
 from trustmargin_integrations.rule.replay import Variant, variant_policy
-from trustmargin_integrations.rule.verdict import MarginPair, Verdict
+from trustmargin_integrations.rule.verdict import HasMargins, MarginPair, Verdict
 
 __all__ = ["apply_policy", "decide", "decide_among"]
 
