@@ -3,18 +3,19 @@ always-Direct (``Policy.unscored``) ``arbitrate_batch``, the router and ``trustm
 generate only the kept side, when it is missing, and score nothing; the paper's rule and
 ``score_batch`` still score.
 
-Real parts: the embedded SmolLM2-135M (session fixture). :class:`CallSpy` is the real
-backend with its model calls recorded (everything runs for real).
+Real parts: the embedded SmolLM2-135M (session fixture). ``CallSpy`` (tests/spy_support.py)
+is the real backend with its model calls recorded (everything runs for real).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.score_support import Loader, score_settings
+from tests.spy_support import CallSpy
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.backends.hf import HFBackend
 from trustmargin_integrations.config import TrustMarginConfig
@@ -24,60 +25,12 @@ from trustmargin_integrations.rule import Policy
 from trustmargin_integrations.rule.replay import made_unscored, replay, replay_answer
 from trustmargin_integrations.schema import Decision
 from trustmargin_integrations.score_file import run_score
-from tests.score_support import Loader, score_settings
 
 QUESTION = "Who designed the Velmora Bridge?"
 PASSAGES = ["The Velmora Bridge in Oststadt was designed by the engineer Tomas Rilke."]
 DIRECT = "I believe the Velmora Bridge was designed by Gustave Eiffel.\nHe built many bridges."
 RAG = "The Velmora Bridge was designed by Tomas Rilke [1].\n\nHe was an engineer in Oststadt."
 BOTH = {"question": QUESTION, "passages": PASSAGES, "direct_answer": DIRECT, "rag_answer": RAG}
-
-
-class CallSpy:
-    """The real backend, with every generate and score call recorded (prompts per call,
-    requests per call); everything else passes through."""
-
-    def __init__(self, backend: HFBackend) -> None:
-        self._backend = backend
-        self.generated: list[list[str]] = []
-        self.scored: list[int] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._backend, name)
-
-    def generate(self, prompts: list[str], *args: Any, **kwargs: Any) -> list[str]:
-        self.generated.append(list(prompts))
-        return self._backend.generate(prompts, *args, **kwargs)
-
-    def score_continuations(self, requests: Any) -> Any:
-        self.scored.append(len(requests))
-        return self._backend.score_continuations(requests)
-
-    def session(self) -> Any:
-        spy = self
-
-        class _Session:
-            def __enter__(self) -> Any:
-                self.scope = spy._backend.session()
-                self.inner = self.scope.__enter__()
-                return self
-
-            def __exit__(self, *exc: Any) -> None:
-                self.scope.__exit__(*exc)
-
-            def generate(self, prompts: list[str], *args: Any, **kwargs: Any) -> list[str]:
-                spy.generated.append(list(prompts))
-                return self.inner.generate(prompts, *args, **kwargs)
-
-            def score(self, requests: Any) -> Any:
-                spy.scored.append(len(requests))
-                return self.inner.score(requests)
-
-        return _Session()
-
-    @property
-    def calls(self) -> int:
-        return len(self.generated) + len(self.scored)
 
 
 def spied(backend: HFBackend, policy: str = "rule") -> tuple[TrustMargin, CallSpy]:
@@ -111,7 +64,8 @@ def test_given_answers_under_a_fixed_side_take_no_model_call(backend: HFBackend,
     _unscored(d, policy)
 
 
-def test_a_missing_kept_side_is_the_only_generation(backend: HFBackend) -> None:
+def test_a_missing_kept_side_is_the_only_generation_and_settled_outcomes_stay(
+        backend: HFBackend) -> None:
     tm, spy = spied(backend, "always_rag")
     d = tm.arbitrate(QUESTION, PASSAGES, direct_answer=DIRECT)
     prepared = tm.prepare({"question": QUESTION, "passages": PASSAGES})
@@ -129,17 +83,18 @@ def test_a_missing_kept_side_is_the_only_generation(backend: HFBackend) -> None:
     assert spy.generated == [[prepared.views.question_only]] and spy.scored == []
     _unscored(d, "always_direct")
     assert d.direct_generated and d.answer == d.direct_answer
-
-
-def test_settled_outcomes_are_kept_without_the_other_side(backend: HFBackend) -> None:
+    # Settled outcomes stay: no passage keeps Direct, and only Direct is generated for it.
     tm, spy = spied(backend, "always_rag")
     d = tm.arbitrate(QUESTION, [], direct_answer=DIRECT, rag_answer=RAG)
     assert (d.reason, d.answer, spy.calls) == ("no_evidence", DIRECT, 0)
-    # No passage and nothing given: Direct is generated (what no_evidence keeps), RAG not.
     d = tm.arbitrate(QUESTION, [])
-    prepared = tm.prepare({"question": QUESTION, "passages": []})
+    alone = tm.prepare({"question": QUESTION, "passages": []})
     assert d.reason == "no_evidence" and d.direct_generated and not d.rag_generated
-    assert spy.generated == [[prepared.views.question_only]] and spy.scored == []
+    assert spy.generated == [[alone.views.question_only]] and spy.scored == []
+    # A blank kept side settles as before: Direct kept, a given one taking no model call.
+    tm, spy = spied(backend, "always_rag")
+    d = tm.arbitrate(QUESTION, PASSAGES, DIRECT, "")
+    assert (d.reason, d.answer, spy.calls) == ("rag_answer_blank", DIRECT, 0)
 
 
 def test_the_papers_rule_and_score_batch_still_score(backend: HFBackend) -> None:
@@ -147,8 +102,11 @@ def test_the_papers_rule_and_score_batch_still_score(backend: HFBackend) -> None
     d = tm.arbitrate_batch([BOTH])[0]
     assert spy.scored and d.m is not None and d.reason.startswith("margin_")
     scored = len(spy.scored)
-    # score_batch scores everything; decide under a fixed policy keeps the margins.
+    # score_batch scores everything (arbitrating under always-RAG scores nothing); decide
+    # under a fixed policy keeps the margins.
     tm, spy = spied(backend, "always_rag")
+    tm.arbitrate_batch([BOTH])
+    assert spy.calls == 0
     evidence = tm.score_batch([BOTH])
     assert len(spy.scored) == scored
     under_rag = tm.decide(evidence[0])
