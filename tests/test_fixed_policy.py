@@ -22,6 +22,7 @@ from langchain_core.runnables import RunnablePassthrough
 from llama_index.core.base.response.schema import StreamingResponse
 from llama_index.core.query_engine import RetrieverQueryEngine
 
+from tests.spy_support import CallSpy
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.backends.hf import HFBackend
 from trustmargin_integrations.langchain import (
@@ -146,11 +147,15 @@ def test_a_margin_policy_per_call_still_scores(backend: HFBackend, chain: Any) -
     assert counts.chat == 2 and scored == [1]  # both sides, one scored question
 
 
-def test_output_decision_still_scores(backend: HFBackend, chain: Any) -> None:
-    tm, scored = spied(backend, "always_rag")
+def test_output_decision_scores_nothing_under_a_fixed_side(backend: HFBackend, chain: Any
+                                                           ) -> None:
+    spy = CallSpy(backend)
+    tm = TrustMargin(spy, {"policy": "always_rag"})  # type: ignore[arg-type]
     decision = with_trustmargin(chain, tm, output="decision").invoke(QUESTIONS[0])
-    assert decision.policy == "always_rag" and decision.source in ("rag", "agree")
-    assert scored == [1]
+    assert decision.policy == "always_rag" and decision.source == "rag"
+    assert decision.reason == "policy_always_rag" and decision.m is None
+    assert decision.answer == chain.invoke(QUESTIONS[0])  # the chain's answer, whole
+    assert spy.calls == 0  # the arbiter ran no model: both answers came from the chain
 
 
 def test_query_engine_under_always_rag_is_the_inner_engine(backend: HFBackend) -> None:

@@ -56,10 +56,23 @@ def paper(tm: TrustMargin) -> Decision:
     return decision
 
 
-def test_a_fallback_policy_keeps_the_margins_and_the_paper_rules_choice(
+def _scored(tm: TrustMargin, policy: str) -> Decision:
+    """The decision of the fixture's question under ``policy`` from scored evidence
+    (score_batch, then decide): a single source arbitrated directly scores nothing."""
+    arbiter = _with_policy(tm, policy)
+    return arbiter.decide(arbiter.score_batch([{"question": QUESTION, "passages": PASSAGES,
+                                                "direct_answer": DIRECT,
+                                                "rag_answer": RAG}])[0])
+
+
+def test_a_fallback_policy_scores_nothing_and_from_evidence_keeps_the_audit(
         tm: TrustMargin, paper: Decision) -> None:
     for policy, answer in (("always_rag", RAG), ("always_direct", DIRECT)):
-        d = _with_policy(tm, policy).arbitrate(QUESTION, PASSAGES, DIRECT, RAG)
+        unscored = _with_policy(tm, policy).arbitrate(QUESTION, PASSAGES, DIRECT, RAG)
+        assert (unscored.answer, unscored.reason) == (answer, f"policy_{policy}")
+        assert unscored.m is None and unscored.paper_choice is None
+        assert "paper_choice" not in json.loads(unscored.model_dump_json())
+        d = _scored(tm, policy)
         assert (d.answer, d.reason, d.policy) == (answer, f"policy_{policy}", policy)
         assert d.paper_choice == "direct"  # what the paper's rule keeps (the fixture)
         for field in ("m_prior", "m_bind", "m"):
@@ -86,7 +99,7 @@ def test_one_margin_policies_decide_by_their_margin_alone(
 
 def test_replay_reproduces_the_decision_made_and_replays_the_rule_with_arguments(
         tm: TrustMargin, paper: Decision) -> None:
-    rag = _with_policy(tm, "always_rag").arbitrate(QUESTION, PASSAGES, DIRECT, RAG)
+    rag = _scored(tm, "always_rag")
     assert replay(rag) == "rag" and kept_rag(rag) and replay_answer(rag) == RAG
     # With arguments: the margin rule, as the calibration grid and the ablations need.
     assert replay(rag, lambda_bind=0.5, tau=-1.5) == replay(paper) == "direct"
@@ -106,8 +119,12 @@ def test_a_settled_question_keeps_its_outcome_under_every_policy(tm: TrustMargin
         arbiter = _with_policy(tm, policy)
         agree = arbiter.arbitrate(QUESTION, ["Paris is the capital of France."], "Paris",
                                   "Paris.")
-        assert (agree.reason, agree.answer, agree.paper_choice) == ("answers_agree", "Paris.",
-                                                                   "rag")
+        if policy == "bind_only":
+            assert (agree.reason, agree.answer, agree.paper_choice) == (
+                "answers_agree", "Paris.", "rag")
+        else:  # a single source compares nothing: it keeps its side's text
+            assert (agree.reason, agree.answer) == (
+                f"policy_{policy}", "Paris." if policy == "always_rag" else "Paris")
         blank = arbiter.arbitrate(QUESTION, PASSAGES, DIRECT, "")
         assert (blank.reason, blank.answer, replay(blank)) == ("rag_answer_blank", DIRECT,
                                                                 "direct")
@@ -173,7 +190,13 @@ def test_the_langchain_router_applies_a_calibrated_always_rag(
     router = TrustMarginRouter(tm=calibrated)
     d = router.invoke({"question": QUESTION, "direct_answer": DIRECT, "rag_answer": RAG,
                        "documents": [Document(page_content=PASSAGES[0])]})
-    assert (d.answer, d.reason, d.paper_choice) == (RAG, "policy_always_rag", "direct")
+    assert (d.answer, d.reason, d.paper_choice) == (RAG, "policy_always_rag", None)
+    assert d.m_prior is None and d.m_bind is None  # nothing scored under a single source
+    # Under the rule per call it scores, and the margins are the fixture's.
+    d = router.invoke({"question": QUESTION, "direct_answer": DIRECT, "rag_answer": RAG,
+                       "documents": [Document(page_content=PASSAGES[0])]},
+                      config={"configurable": {"policy": "rule", "tau": -1.5,
+                                               "lambda_bind": 0.5}})
     assert d.m_prior == pytest.approx(paper.m_prior, abs=1e-4)
     assert d.m_bind == pytest.approx(paper.m_bind, abs=1e-4)
 

@@ -4,10 +4,9 @@ model; the spy only records the calls the real backend receives."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
+from tests.spy_support import CallSpy
 from trustmargin_integrations import TrustMargin, TrustMarginConfig
 from trustmargin_integrations.arbiter.candidates import Candidate
 from trustmargin_integrations.arbiter.comparisons import by_extraction
@@ -22,38 +21,6 @@ DIRECT = "Bien sûr ! The Kessel bridge stands in Oststadt."
 RAG = "Bien sûr ! The Kessel bridge stands in Weststadt."
 
 
-class GenerationSpy:
-    """The real backend, with its generate calls recorded (everything else passes through)."""
-
-    def __init__(self, backend: HFBackend) -> None:
-        self._backend = backend
-        self.generated: list[list[str]] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._backend, name)
-
-    def session(self) -> Any:
-        spy = self
-
-        class _Session:
-            def __enter__(self) -> Any:
-                self.scope = spy._backend.session()
-                self.inner = self.scope.__enter__()
-                return self
-
-            def __exit__(self, *exc: Any) -> None:
-                self.scope.__exit__(*exc)
-
-            def generate(self, prompts: list[str], *args: Any, **kwargs: Any) -> list[str]:
-                spy.generated.append(list(prompts))
-                return self.inner.generate(prompts, *args, **kwargs)
-
-            def score(self, requests: Any) -> Any:
-                return self.inner.score(requests)
-
-        return _Session()
-
-
 def test_stated_in_needs_the_words_together_and_in_order() -> None:
     assert stated_in("Weststadt", "It is in **Weststadt** [1].")
     assert stated_in("Weststadt district", "It stands in Weststadt District.")
@@ -63,7 +30,7 @@ def test_stated_in_needs_the_words_together_and_in_order() -> None:
 
 
 def test_extract_asks_once_per_chunk_and_never_invents_agreement(backend: HFBackend) -> None:
-    spy = GenerationSpy(backend)
+    spy = CallSpy(backend)
     tm = TrustMargin(spy, TrustMarginConfig(scoring_form="extract"))  # type: ignore[arg-type]
     decisions = tm.arbitrate_batch([
         {"question": QUESTION, "passages": PASSAGES, "direct_answer": DIRECT, "rag_answer": RAG},
@@ -132,7 +99,7 @@ def test_extract_never_settles_the_lira_pair_as_agreement(tm: TrustMargin) -> No
 
 
 def test_generated_candidates_are_never_extracted(backend: HFBackend) -> None:
-    spy = GenerationSpy(backend)
+    spy = CallSpy(backend)
     tm = TrustMargin(spy, TrustMarginConfig(scoring_form="extract"))  # type: ignore[arg-type]
     d = tm.arbitrate(QUESTION, PASSAGES)
     assert d.scoring_form == "paper"

@@ -95,6 +95,12 @@ class MixedFleetError(InvalidInputError):
     would change the results."""
 
 
+class UnscoredDecisionError(InvalidInputError):
+    """A recorded Decision was made without scoring (its policy kept one side whatever the
+    margins, so no margin was computed), and a replay asked for something the record
+    cannot give: a margin policy, or a side whose answer was never produced."""
+
+
 def invalid_input(exc: ValidationError, fix: str, prefix: str = "") -> InvalidInputError:
     """The first problem of a pydantic error as an InvalidInputError naming its field."""
     problem = exc.errors()[0]

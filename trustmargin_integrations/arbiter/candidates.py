@@ -8,6 +8,7 @@ answer by the same policy is reported as a warning."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from trustmargin_integrations.answers import answer_complete, clean_answer
@@ -27,13 +28,19 @@ class Candidate:
     name: str | None = None
     note: str | None = None
     """A warning for the Decision when its form changed (a given text cut), else None."""
+    absent: bool = False
+    """Neither given nor generated: not needed (no passage for a RAG answer, or the other
+    side of a question whose policy keeps one side whatever the margins)."""
 
 
 def side_candidates(
-    session: ModelSession, config: TrustMarginConfig, chunk: list[PreparedQuestion], side: str
+    session: ModelSession, config: TrustMarginConfig, chunk: list[PreparedQuestion], side: str,
+    wanted: Sequence[bool] | None = None,
 ) -> list[Candidate]:
     """Both given and generated candidates of one side (``"direct"`` or ``"rag"``), cleaned
-    by the one policy; the missing ones are generated in one session call."""
+    by the one policy; the missing ones are generated in one session call, only for the
+    questions ``wanted`` marks (all by default; the others' missing candidates are
+    ``absent``)."""
     given = [getattr(p.input, f"{side}_answer") for p in chunk]
     out: list[Candidate | None] = [None] * len(chunk)
     for i, text in enumerate(given):
@@ -46,7 +53,7 @@ def side_candidates(
     # A RAG answer without evidence is never needed: the decision is "no_evidence".
     # A question with rag_candidates has its RAG side given: nothing is generated.
     todo = [i for i, p in enumerate(chunk)
-            if out[i] is None and (side == "direct" or (
+            if out[i] is None and (wanted is None or wanted[i]) and (side == "direct" or (
                 p.has_evidence and p.input.rag_candidates is None))]
     if todo:
         view = "question_only" if side == "direct" else "question_context"
@@ -56,7 +63,7 @@ def side_candidates(
         share = (time.perf_counter() - start) / len(todo)
         for i, text in zip(todo, raw, strict=True):
             out[i] = cleaned(config, text, generated=True, seconds=share)
-    return [c or Candidate("", None, False) for c in out]
+    return [c or Candidate("", None, False, absent=True) for c in out]
 
 
 def cut_to_short_answer(config: TrustMarginConfig, prepared: PreparedQuestion) -> bool:

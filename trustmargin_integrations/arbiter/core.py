@@ -21,12 +21,18 @@ from typing import Any, cast
 
 from tqdm.auto import tqdm
 
-from trustmargin_integrations.arbiter.candidates import rag_options, side_candidates
-from trustmargin_integrations.arbiter.comparisons import compare_chunk
+from trustmargin_integrations.arbiter.candidates import Candidate, rag_options, side_candidates
+from trustmargin_integrations.arbiter.comparisons import Compared, compare_chunk, whole
 from trustmargin_integrations.arbiter.decision import Evidence, assemble_decision
-from trustmargin_integrations.arbiter.plan import choose_stretches, plan_question, score_rows
+from trustmargin_integrations.arbiter.plan import (
+    Plan,
+    choose_stretches,
+    plan_question,
+    plan_unscored,
+    score_rows,
+)
 from trustmargin_integrations.arbiter.preparation import PreparedQuestion, prepare_valid
-from trustmargin_integrations.backends.base import Backend
+from trustmargin_integrations.backends.base import Backend, ModelSession
 from trustmargin_integrations.backends.loading import load_backend, recorded_model_id
 from trustmargin_integrations.backends.spec import BackendSpec
 from trustmargin_integrations.calibration_file import AUTO, Calibration, calibration_for
@@ -350,16 +356,26 @@ class TrustMargin:
         self, prepared: list[PreparedQuestion], include_prompts: bool | None, *, progress: bool,
         policies: list[Policy],
     ) -> list[Decision]:
-        evidence = self._score_prepared(prepared, include_prompts, progress=progress)
+        evidence = self._score_prepared(prepared, include_prompts, progress=progress,
+                                        policies=policies)
         return [assemble_decision(e, config=self.config, policy=p)
                 for e, p in zip(evidence, policies, strict=True)]
 
     def _score_prepared(
-        self, prepared: list[PreparedQuestion], include_prompts: bool | None, *, progress: bool
+        self, prepared: list[PreparedQuestion], include_prompts: bool | None, *, progress: bool,
+        policies: Sequence[Policy] | None = None,
     ) -> list[Evidence]:
+        """Each question's evidence. ``policies`` (one per question) are those its Decision
+        will be made under: a question whose policy keeps one side whatever the margins
+        (:meth:`~trustmargin_integrations.rule.Policy.unscored`) gets only what that side
+        needs (:meth:`_sides`) and no scoring. None: everything is scored
+        (:meth:`score_batch`)."""
         if not prepared:
             return []
         keep_prompts = self.config.include_prompts if include_prompts is None else include_prompts
+        fixed = ([None] * len(prepared) if policies is None else
+                 [p if p.unscored(_candidate_count(q)) is not None else None
+                  for q, p in zip(prepared, policies, strict=True)])
         # The engine groups the questions into model calls (a local model by length).
         calls = self.backend.batches([len(p.views.question_context) for p in prepared],
                                      self.config.batch_size)
@@ -367,59 +383,103 @@ class TrustMargin:
         with tqdm(total=len(prepared), desc="arbitrating", unit="q",
                   disable=not progress) as bar:
             for chunk in calls:
-                done = self._score_chunk([prepared[i] for i in chunk], keep_prompts)
+                done = self._score_chunk([prepared[i] for i in chunk], keep_prompts,
+                                         [fixed[i] for i in chunk])
                 for i, scored in zip(chunk, done, strict=True):
                     evidence[i] = scored
                 bar.update(len(chunk))
         return [e for e in evidence if e is not None]
 
-    def _score_chunk(self, chunk: list[PreparedQuestion], keep_prompts: bool) -> list[Evidence]:
+    def _score_chunk(self, chunk: list[PreparedQuestion], keep_prompts: bool,
+                     fixed: list[Policy | None]) -> list[Evidence]:
         """One model session: generate what is missing, compare each pair, settle or score.
 
         A pairwise question is the one-candidate case of a multi-candidate one: the same
         settling, scoring and rule (:func:`~trustmargin_integrations.rule.settle_among`,
         :meth:`~trustmargin_integrations.rule.Policy.decide`) give it today's pairwise
-        decision.
+        decision. A question with a ``fixed`` policy (one that keeps a side whatever the
+        margins) is neither compared nor scored (:func:`.plan.plan_unscored`).
         """
         began = time.perf_counter()
+        scored_here = [i for i, policy in enumerate(fixed) if policy is None]
+        compared: list[list[Compared]] = [[] for _ in chunk]
+        plans: list[Plan | None] = [None] * len(chunk)
         with self.backend.session() as session:
-            direct = side_candidates(session, self.config, chunk, "direct")
-            rag = side_candidates(session, self.config, chunk, "rag")
-            options = [rag_options(self.config, p, r) for p, r in zip(chunk, rag, strict=True)]
-            start = time.perf_counter()
-            compared = compare_chunk(session, self.backend.render_prompt, self.config, chunk,
-                                     direct, options)
-            # Generated pairs are the paper's: nothing to compare, no time recorded.
-            comparing_s = ((time.perf_counter() - start) / len(chunk)
-                           if any(c.form != "paper" for row in compared for c in row) else 0.0)
-            plans = [plan_question(p, d.answer, [o.answer for o in opts], pairs,
-                                   is_blank=self._blank,
-                                   skip_when_agree=self.config.skip_scoring_when_agree)
-                     for p, d, opts, pairs in zip(chunk, direct, options, compared, strict=True)]
-            to_score = [i for i, plan in enumerate(plans) if plan.verdict is None]
+            direct, rag, options = self._sides(session, chunk, fixed)
+            comparing_s = 0.0
+            if scored_here:
+                start = time.perf_counter()
+                pairs = compare_chunk(session, self.backend.render_prompt, self.config,
+                                      [chunk[i] for i in scored_here],
+                                      [direct[i] for i in scored_here],
+                                      [options[i] for i in scored_here])
+                # Generated pairs are the paper's: nothing to compare, no time recorded.
+                if any(c.form != "paper" for row in pairs for c in row):
+                    comparing_s = (time.perf_counter() - start) / len(chunk)
+                for i, row in zip(scored_here, pairs, strict=True):
+                    compared[i] = row
+                    plans[i] = plan_question(chunk[i], direct[i].answer,
+                                             [o.answer for o in options[i]], row,
+                                             is_blank=self._blank,
+                                             skip_when_agree=self.config.skip_scoring_when_agree)
+            for i, policy in enumerate(fixed):
+                if policy is not None:
+                    compared[i] = [whole("paper", direct[i].answer, o.answer, agree=False)
+                                   for o in options[i]]
+                    plans[i] = plan_unscored(chunk[i], _present(direct[i]),
+                                             [_present(o) for o in options[i]], policy,
+                                             is_blank=self._blank)
+            ready = cast("list[Plan]", plans)
+            to_score = [i for i, plan in enumerate(ready)
+                        if plan.verdict is None and plan.fixed is None]
             scores: dict[int, list[ViewLikelihoods]] = {}
             scoring_s = 0.0
             if to_score:
                 start = time.perf_counter()
                 # Every question of the chunk, with all its candidates, in one session call:
                 # the transformers fast path scores all answers of a prompt off one cache.
-                rows = [(chunk[i], plans[i].items) for i in to_score]
+                rows = [(chunk[i], ready[i].items) for i in to_score]
                 scores = score_rows(session, rows, to_score)
-                if any(plans[i].choices for i in to_score):
+                if any(ready[i].choices for i in to_score):
                     compared = choose_stretches(
                         session, self.backend.render_prompt(question_free_prompt()),
                         [(chunk[i], plan, row, scores.get(i))
-                         for i, (plan, row) in enumerate(zip(plans, compared, strict=True))])
+                         for i, (plan, row) in enumerate(zip(ready, compared, strict=True))])
                 scoring_s = (time.perf_counter() - start) / len(to_score)
         total = (time.perf_counter() - began) / len(chunk)
         out = []
         for i, prepared in enumerate(chunk):
             timings = Timings(generate_direct_s=direct[i].seconds,
-                              generate_rag_s=rag[i].seconds, comparing_s=comparing_s,
+                              generate_rag_s=rag[i].seconds,
+                              comparing_s=comparing_s if fixed[i] is None else 0.0,
                               scoring_s=scoring_s if i in scores else 0.0, total_s=total)
-            out.append(Evidence(prepared, direct[i], options[i], compared[i], plans[i],
+            out.append(Evidence(prepared, direct[i], options[i], compared[i], ready[i],
                                 scores.get(i), timings, self.backend.model_id, keep_prompts))
         return out
+
+    def _sides(self, session: ModelSession, chunk: list[PreparedQuestion],
+               fixed: list[Policy | None]
+               ) -> tuple[list[Candidate], list[Candidate], list[list[Candidate]]]:
+        """Each question's Direct candidate, pairwise RAG candidate and RAG-side options
+        (:func:`~.candidates.rag_options`), the missing ones generated: both sides for a
+        question to score; under a ``fixed`` policy, the kept side, and the other side only
+        where settling needs it (no passage: Direct; the kept side blank: the other one,
+        as any question with a blank answer is settled). A side not needed is ``absent``."""
+        keep = [None if policy is None else policy.fixed_side for policy in fixed]
+        direct = side_candidates(session, self.config, chunk, "direct",
+                                 [k != "rag" or not p.has_evidence
+                                  for k, p in zip(keep, chunk, strict=True)])
+        rag = side_candidates(session, self.config, chunk, "rag",
+                              [k != "direct" or self._blank(d.answer)
+                               for k, d in zip(keep, direct, strict=True)])
+        options = [rag_options(self.config, p, r) for p, r in zip(chunk, rag, strict=True)]
+        # Always-RAG whose RAG side is blank: Direct is what settling keeps.
+        late = [k == "rag" and d.absent and all(self._blank(o.answer) for o in opts)
+                for k, d, opts in zip(keep, direct, options, strict=True)]
+        if any(late):
+            more = side_candidates(session, self.config, chunk, "direct", late)
+            direct = [m if want else d for m, d, want in zip(more, direct, late, strict=True)]
+        return direct, rag, options
 
     def _blank(self, answer: str) -> bool:
         """True when ``answer`` has nothing to score (blank, or no token)."""
@@ -434,6 +494,17 @@ def _recordable(policy: Policy, field: str) -> Policy:
         except InvalidInputError as exc:
             raise InvalidInputError(f"{field}.{name}", exc.problem, exc.fix) from None
     return policy
+
+
+def _candidate_count(prepared: PreparedQuestion) -> int:
+    """How many RAG candidates a question has (1 for a pairwise one)."""
+    given = prepared.input.rag_candidates
+    return 1 if given is None else len(given)
+
+
+def _present(candidate: Candidate) -> str | None:
+    """A candidate's text, None when it is ``absent`` (neither given nor generated)."""
+    return None if candidate.absent else candidate.answer
 
 
 def _listed(inputs: Any) -> list[Any]:

@@ -38,7 +38,9 @@ class Evidence:
     comparison with Direct, the plan (settled, or which candidates were scored), the six
     likelihoods per scored pair (Direct's then each scored candidate's; None when settled)
     and the provenance (model, timings, prompts). No field depends on a policy:
-    :func:`assemble_decision` turns it into a Decision under any policy, without the model.
+    :func:`assemble_decision` turns it into a Decision under any policy, without the model;
+    except for a question arbitrated under a policy that keeps one side whatever the margins
+    (``plan.fixed``), which has no likelihoods and is decided under that policy only.
     """
 
     prepared: PreparedQuestion
@@ -57,7 +59,7 @@ class Evidence:
         validation's and preparation's (:class:`PreparedQuestion`), then the candidates'
         and the comparisons' (each stage returns its own; none is appended in place)."""
         notes = [self.direct.note, *(o.note for o in self.options),
-                 *(c.note for c in self.compared)]
+                 *(c.note for c in self.compared), self.plan.note]
         found = [*self.prepared.warnings, *(n for n in notes if n is not None)]
         return list(dict.fromkeys(found))
 
@@ -68,7 +70,8 @@ class _Outcome:
     answer was not scored), and what the paper's rule keeps (the audit of other policies)."""
 
     verdict: Verdict
-    paper: Verdict
+    paper: Verdict | None
+    """What the paper's rule keeps; None when nothing was scored (``Plan.fixed``)."""
     direct_likelihoods: list[ViewLikelihoods | None]
     """Direct's likelihoods in each candidate's pair (None where not scored)."""
     likelihoods: list[ViewLikelihoods | None]
@@ -89,6 +92,14 @@ def _outcome(plan: Plan, scores: list[ViewLikelihoods] | None, n_options: int,
     margins: list[Margins | None] = [None] * n_options
     if plan.verdict is not None:
         return _Outcome(plan.verdict, plan.verdict, [None] * n_options, likelihoods, margins)
+    if plan.fixed is not None:
+        if policy.unscored(n_options) != plan.fixed:
+            raise InvalidInputError(
+                "policy", f"the question was not scored (its policy kept one side: "
+                f"{plan.fixed.reason}), and {policy.label} needs its margins",
+                "decide it under the policy it was arbitrated by, or score it with "
+                "score_batch (which scores every question) and decide that")
+        return _Outcome(plan.fixed, None, [None] * n_options, likelihoods, margins)
     scores = _checked_scores(scores, plan)
     direct_of: list[ViewLikelihoods | None] = [None] * n_options
     for j in plan.scored:
@@ -216,8 +227,9 @@ def assemble_decision(evidence: Evidence, *, config: TrustMarginConfig, policy: 
         rag_candidates=records,
         winner=shown if listed and verdict.choice == "rag" else None,
         policy=rule.policy,
-        paper_choice=paper.choice if audit else None,
-        paper_winner=paper.candidate if audit and listed and paper.choice == "rag" else None,
+        paper_choice=paper.choice if audit and paper else None,
+        paper_winner=(paper.candidate if audit and paper and listed and paper.choice == "rag"
+                      else None),
     )
 
 

@@ -14,7 +14,7 @@ from trustmargin_integrations.backends.base import (
     ContinuationScore,
     ModelSession,
 )
-from trustmargin_integrations.rule import Verdict, settle_among
+from trustmargin_integrations.rule import Policy, Verdict, settle_among
 from trustmargin_integrations.schema import ViewLikelihoods
 
 
@@ -43,6 +43,11 @@ class Plan:
     items: list[Scored] = field(default_factory=list)
     pairs: dict[int, tuple[int, int]] = field(default_factory=dict)
     choices: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    fixed: Verdict | None = None
+    """The verdict of a policy that keeps one side whatever the margins
+    (:func:`plan_unscored`): nothing is scored and no margin exists."""
+    note: str | None = None
+    """A warning for the Decision about the plan (the margins not computed), else None."""
 
 
 def plan_question(prepared: PreparedQuestion, direct: str, rag: list[str],
@@ -84,6 +89,38 @@ def plan_question(prepared: PreparedQuestion, direct: str, rag: list[str],
             if compared[j].options:
                 plan.choices[j] = [(item(o.direct), item(o.rag)) for o in compared[j].options]
     return plan
+
+
+def plan_unscored(prepared: PreparedQuestion, direct: str | None, rag: list[str | None],
+                  policy: Policy, *, is_blank: Callable[[str], bool]) -> Plan:
+    """The plan of a question whose ``policy`` keeps one side whatever the margins
+    (:meth:`~trustmargin_integrations.rule.Policy.unscored` gives its verdict): nothing is
+    scored.
+
+    It is settled as every question is (:func:`~trustmargin_integrations.rule.settle_among`:
+    no passage, a blank answer) on the answers at hand; an answer not produced (None: the
+    side the policy does not keep) cannot change the kept side and counts as not blank.
+    Agreement is not tested: it can take the model (a chat answer's stated short answer),
+    and the kept side's text is what the policy returns. Otherwise the policy's verdict
+    stands, with a note that the margins were not computed.
+
+    Raises:
+        ValueError: ``policy`` needs margins for this question (call :func:`plan_question`).
+    """
+    verdict = policy.unscored(len(rag))
+    if verdict is None:
+        raise ValueError(f"policy {policy.name!r} needs margins for this question")
+    blank = [answer is not None and is_blank(answer) for answer in rag]
+    settled = settle_among(has_evidence=prepared.has_evidence,
+                           direct_blank=direct is not None and is_blank(direct),
+                           rag_blank=blank, agree_unscored=[False] * len(rag))
+    if settled is not None:
+        return Plan(settled, blank)
+    return Plan(None, blank, fixed=verdict, note=(
+        f"margins not computed: the policy {policy.label} keeps the "
+        f"{'RAG' if verdict.choice == 'rag' else 'Direct'} answer whatever the margins, so "
+        "nothing was scored (for the margins, decide under a margin policy such as "
+        "policy='rule', or score_batch then decide)"))
 
 
 def choose_stretches(

@@ -98,7 +98,8 @@ class Policy:
     fixed_side: ClassVar[Choice | None] = None
     """The side this policy keeps whatever the margins (None: it decides on margins). A
     policy with a fixed side cannot change the answer, so the adapters run only that side
-    and score nothing under it."""
+    and the arbiter generates only that side and scores nothing under it
+    (:meth:`unscored`)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -282,6 +283,17 @@ class Policy:
         the candidate a single source keeps or describes)."""
         raise NotImplementedError(f"policy {self.name!r} decides on margins")
 
+    def unscored(self, candidates: int) -> Verdict | None:
+        """The verdict this policy reaches with no margin at all, for a question with
+        ``candidates`` RAG candidates; None when the margins can change what is kept (a
+        margin policy, or always-RAG choosing among several candidates: it keeps the one the
+        paper's rule ranks highest).
+
+        The arbiter scores nothing for a question this returns a verdict for
+        (:mod:`trustmargin_integrations.arbiter.core`), and generates only the kept side.
+        """
+        return None
+
     def keeps_rag(self, m_prior: Any, m_bind: Any) -> Any:
         """:meth:`decide` over numpy arrays of pairwise margins (one candidate per
         question): per element, does the policy keep the RAG answer."""
@@ -381,6 +393,11 @@ class AlwaysRag(Policy):
         return Verdict("rag", "policy_always_rag",
                        candidate=paper.candidate if paper.candidate is not None else 0)
 
+    def unscored(self, candidates: int) -> Verdict | None:
+        """The RAG answer of a pairwise question (or of a one-candidate list); None with
+        several candidates (the margins choose which one is kept)."""
+        return Verdict("rag", "policy_always_rag", candidate=0) if candidates == 1 else None
+
     def keeps_rag(self, m_prior: Any, m_bind: Any) -> Any:
         """True for every question."""
         return np.ones(np.shape(m_prior), dtype=bool)
@@ -399,6 +416,10 @@ class AlwaysDirect(Policy):
         """Direct; the verdict names the paper rule's candidate (the one a Decision
         describes)."""
         return Verdict("direct", "policy_always_direct", candidate=paper.candidate)
+
+    def unscored(self, candidates: int) -> Verdict | None:
+        """Direct, for every question (no RAG candidate is described: none was scored)."""
+        return Verdict("direct", "policy_always_direct")
 
     def keeps_rag(self, m_prior: Any, m_bind: Any) -> Any:
         """False for every question."""

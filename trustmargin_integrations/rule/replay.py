@@ -13,6 +13,13 @@ check's policy):
 Each takes a :class:`~.policies.Policy`, or the numbers of the margin rule (``lambda_bind``,
 ``tau``, the ablation ``variant``; the missing ones are the decision's own), or nothing: the
 decision's own policy and numbers.
+
+A decision made without scoring (its policy keeps one side whatever the margins, see
+:meth:`~.policies.Policy.unscored`: reason ``policy_always_rag`` / ``policy_always_direct`` and
+no margins) replays under a policy that keeps a side without margins to that side, when the
+record holds that side's answer (its own policy always does). Under a margin policy, or for a
+side never produced, it raises :class:`~trustmargin_integrations.errors.UnscoredDecisionError`:
+there are no margins to decide on, and guessing a side would silently bias a fit or a check.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, Protocol
 
-from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.errors import InvalidInputError, UnscoredDecisionError
 from trustmargin_integrations.rule.policies import Policy
 from trustmargin_integrations.rule.settled import SETTLED, settle_among, settled_kept
 from trustmargin_integrations.rule.verdict import MarginPair
@@ -122,6 +129,44 @@ def recorded_margins(decision: RecordedDecision) -> list[MarginPair | None] | No
     return margins
 
 
+def made_unscored(decision: RecordedDecision) -> bool:
+    """True for a decision its policy made without any margin (no likelihood computed): its
+    reason is the verdict :meth:`~.policies.Policy.unscored` gives and it records no margin.
+    A single-source decision made from scored evidence (``score_batch`` then ``decide``)
+    records its margins and is not one."""
+    if decision.reason in SETTLED or any(c.m_prior is not None or c.m_bind is not None
+                                         for c in decision.candidates):
+        return False
+    verdict = own_policy(decision).unscored(len(decision.candidates))
+    return verdict is not None and decision.reason == verdict.reason
+
+
+def _unscored_winner(decision: RecordedDecision, policy: Policy) -> int | None:
+    """The kept RAG candidate (None: Direct) of a decision made without scoring, replayed
+    under ``policy`` (see the module docstring).
+
+    Raises:
+        UnscoredDecisionError: ``policy`` needs margins, or the side it keeps was never
+            produced for this question.
+    """
+    fix = ("re-arbitrate the question under that policy (arbitrate_batch(..., policy=...)), "
+           "or score it with score_batch, which computes the margins, and decide from that")
+    made_by = own_policy(decision).label
+    verdict = policy.unscored(len(decision.candidates))
+    if verdict is None:
+        raise UnscoredDecisionError(
+            "policy", f"decision {decision.id!r} was made by {made_by} without scoring (no "
+            f"margins recorded), and {policy.label} decides on margins", fix)
+    kept = verdict.kept
+    text = decision.direct_answer if kept is None else decision.candidates[kept].answer
+    if not text.strip():
+        raise UnscoredDecisionError(
+            "policy", f"decision {decision.id!r} was made by {made_by} without scoring, and "
+            f"its {verdict.choice} answer, which {policy.label} keeps, was never produced",
+            fix)
+    return kept
+
+
 def policy_at(decision: RecordedDecision, lambda_bind: float | None = None,
               tau: float | None = None, variant: Variant = "full") -> Policy:
     """The policy a replay applies: with no number and the ``"full"`` variant, the decision's
@@ -163,14 +208,19 @@ def replay_winner(decision: RecordedDecision, policy: Policy | None = None, *,
 
     A decision settled before scoring (no evidence, a blank answer, equal answers) keeps its
     outcome under every policy and number, as the arbiter keeps it (its RAG answer is blank
-    or absent, or equals Direct); the numbers are checked all the same.
+    or absent, or equals Direct); the numbers are checked all the same. A decision made
+    without scoring (:func:`made_unscored`) replays only to a side kept without margins.
 
     Raises:
         InvalidInputError: a bad number (:func:`policy_at`), an unknown recorded policy, or
             a policy given with numbers.
+        UnscoredDecisionError: a decision made without scoring, replayed under a margin
+            policy or to a side never produced.
         ValueError: a scored decision without margins (a damaged record).
     """
     chosen = _policy(decision, policy, lambda_bind, tau, variant)
+    if made_unscored(decision):
+        return _unscored_winner(decision, chosen)
     margins = recorded_margins(decision)
     if margins is None:
         return settled_kept(decision.reason,
