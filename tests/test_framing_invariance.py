@@ -49,14 +49,15 @@ def test_opposite_facts_behind_one_lead_in_are_scored(tm: TrustMargin, lead_in: 
 
 
 def test_the_shared_context_before_the_difference_is_conditioned_on(tm: TrustMargin) -> None:
-    """The differing span is scored after the text both sides share, not alone: the scores
-    are those of a plain teacher-forced pass over prompt + shared text + span."""
+    """The differing span is scored after the text of its clause, not alone and not after a
+    lead-in: the scores are those of a plain teacher-forced pass over prompt + the clause's
+    text before the span + span ("Hello!" ends a clause and never enters them)."""
     direct, rag = "Hello! It stands in Oststadt.", "Hello! It stands in Weststadt."
     d = tm.arbitrate(QUESTION, PASSAGES, direct_answer=direct, rag_answer=rag)
     from trustmargin_integrations.backends.base import ContinuationRequest
     prepared = tm.prepare({"question": QUESTION, "passages": PASSAGES})
     plain = tm.backend.score_continuations([
-        ContinuationRequest(prepared.views.question_only + "Hello! It stands in", " Weststadt")])
+        ContinuationRequest(prepared.views.question_only + "It stands in", " Weststadt")])
     assert d.rag_likelihoods is not None
     assert d.rag_likelihoods.question_only == pytest.approx(plain[0].mean, abs=1e-4)
 

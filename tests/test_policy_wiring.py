@@ -210,10 +210,9 @@ def test_the_llama_index_engine_applies_a_calibrated_always_rag(tm: TrustMargin)
     engine = TrustMarginQueryEngine(RetrieverQueryEngine.from_args(retriever, llm=llm),
                                     calibrated, llm=llm)
     response = engine.query("Which river flows through Quenby?")
-    decision = response.metadata[METADATA_KEY]
-    assert decision.policy == "always_rag" and decision.source in ("rag", "agree")
-    assert response.response == decision.answer
-    assert decision.answer.strip() == (decision.rag_raw or decision.rag_answer).strip()
-    if decision.reason != "answers_agree":  # a scored question: margins kept for the audit
-        assert decision.reason == "policy_always_rag" and decision.m_prior is not None
-        assert decision.paper_choice in ("rag", "direct")
+    # A policy that keeps RAG whatever the margins costs nothing: the inner engine answers
+    # alone, as it would without the wrapper, and no decision is made or attached.
+    plain = RetrieverQueryEngine.from_args(retriever, llm=llm).query(
+        "Which river flows through Quenby?")
+    assert response.response == plain.response
+    assert METADATA_KEY not in (response.metadata or {})
