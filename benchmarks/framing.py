@@ -12,7 +12,8 @@ style framing on Direct's side with a RAG style framing on RAG's
 arbitration time per framed question at batch 8.
 
 Usage: python benchmarks/framing.py [--limit 40] [--model smollm2-135m] [--dtype bfloat16]
-       [--form differential --form extract] [--data-dir ../shared/data/raw] [--out table.md]
+       [--form differential --form extract] [--max-context-tokens 2048]
+       [--data-dir ../shared/data/raw] [--out table.md]
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from trustmargin_integrations import TrustMargin
+from trustmargin_integrations import TrustMargin, TrustMarginConfig
 from trustmargin_integrations.evaluation.datasets import load_dataset
 from trustmargin_integrations.evaluation.framing import (
     FRAMINGS,
@@ -48,11 +49,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, list[FramingR
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--dtype", default=None)
     parser.add_argument("--form", action="append", default=None, choices=list(FORMS))
+    parser.add_argument("--max-context-tokens", type=int, default=2048,
+                        help="passage context budget (256 keeps a 2-core run short)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
 
     # The paper's rule (calibration=None), not a shipped policy: this measures the rule.
-    tm = TrustMargin.from_pretrained(args.model, dtype=args.dtype, calibration=None)
+    tm = TrustMargin.from_pretrained(
+        args.model, dtype=args.dtype, calibration=None,
+        config=TrustMarginConfig(max_context_tokens=args.max_context_tokens))
     questions = []
     for name in args.dataset or ["cwq", "2wiki", "hotpotqa"]:
         examples = first_of_each_type(load_dataset(name, args.data_dir), args.limit,
@@ -73,7 +78,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, list[FramingR
         results["same"][form] = rows[:len(FRAMINGS)]
         results["mixed"][form] = rows[len(FRAMINGS):]
     lines = [f"Framing invariance, {tm.backend.model_id}: {len(pairs)} strict disagreements "
-             f"among {len(questions)} questions (PRAG BM25 top-3 passages). Small samples: "
+             f"among {len(questions)} questions (PRAG BM25 top-3 passages, a "
+             f"{args.max_context_tokens}-token context). Small samples: "
              "each rate's denominator is shown.", "",
              "Same framing on both sides:", "", *invariance_table(results["same"], bare_f1), "",
              "Closed-book framing on Direct, RAG framing on RAG:", "",

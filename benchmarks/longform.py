@@ -9,6 +9,12 @@ Resumable: the run keeps ``RUN_DIR/longform.jsonl``.
 Usage: python benchmarks/longform.py --dataset cwq --dataset hotpotqa --limit 40
        [--data-dir ../shared/data/raw] [--model qwen2.5-1.5b --dtype bfloat16]
        [--max-new-tokens 64] [--run-dir runs/longform] [--out table.md]
+       [--save-texts FILE] [--texts FILE]
+
+``--save-texts`` keeps the generations (dataset, id, model, both texts; no question or passage
+text) so that later measurements need not regenerate them; ``--texts`` arbitrates saved
+generations with ``--model`` as scorer, whichever model wrote them (the scorer and the
+answering model then differ: the product warns about that, and this measures it).
 
 Each dataset's answers are also written to ``RUN_DIR/<dataset>-chat.jsonl`` as a labeled file
 of chain answers: ``trustmargin check RUN_DIR/cwq-chat.jsonl`` runs the domain check on them.
@@ -27,8 +33,10 @@ from trustmargin_integrations.evaluation.longform import (
     FORMS,
     LongFormRecord,
     labeled_records,
+    load_texts,
     longform_table,
     run_longform,
+    save_texts,
 )
 from trustmargin_integrations.evaluation.pipeline_runner import first_of_each_type
 from trustmargin_integrations.files import check_output, write_text_atomic
@@ -51,7 +59,13 @@ def main(argv: Sequence[str] | None = None) -> list[LongFormRecord]:
                         help="scoring forms of the chat texts to compare (default: all)")
     parser.add_argument("--run-dir", type=Path, default=Path("runs/longform"))
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--save-texts", type=Path, default=None,
+                        help="write every dataset's generations (JSONL, no question text)")
+    parser.add_argument("--texts", type=Path, default=None,
+                        help="arbitrate these saved generations (any scorer) instead of "
+                             "generating")
     args = parser.parse_args(argv)
+    given = load_texts(args.texts) if args.texts is not None else None
 
     # The paper's rule, explicitly (the benchmark measures the rule, not a shipped policy).
     tm = TrustMargin.from_pretrained(args.model, dtype=args.dtype, calibration=None)
@@ -64,13 +78,16 @@ def main(argv: Sequence[str] | None = None) -> list[LongFormRecord]:
                                       lambda e: e.meta.get("type", ""))
         records = run_longform(tm, examples, args.run_dir / "longform.jsonl",
                                forms=args.form or FORMS, max_new_tokens=args.max_new_tokens,
-                               batch_size=args.batch_size)
+                               batch_size=args.batch_size, given=given)
         lines += longform_table(records, f"{name} (n = {len(records)})")
         labeled = check_output(args.run_dir / f"{name}-chat.jsonl", "--run-dir")
         write_text_atomic(labeled, "".join(json.dumps(r, ensure_ascii=False) + "\n"
                                            for r in labeled_records(records)))
         lines += [f"Chain answers for the domain check: `trustmargin check {labeled}`.", ""]
         every += records
+    if args.save_texts is not None:
+        target = check_output(args.save_texts, "--save-texts")
+        write_text_atomic(target, save_texts(every, tm.backend.model_id))
     text = "\n".join(lines)
     print(text)
     if args.out is not None:

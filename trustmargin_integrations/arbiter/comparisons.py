@@ -3,8 +3,10 @@ generated candidates, and for text a user's chain produced the form the config n
 (``TrustMarginConfig.scoring_form``, see :mod:`trustmargin_integrations.comparison`).
 
 A pair's compared form is a list of *pieces* per side, each a continuation scored after the
-view prompt and the side's own text before it; one piece with no prefix is the paper's
-scoring of a whole short answer."""
+view prompt and the text of its clause before it; one piece with no prefix is the paper's
+scoring of a whole short answer. Texts agree only when they read alike
+(:mod:`trustmargin_integrations.reading`), in every form; the paper's own short answers keep
+the paper's agreement test."""
 
 from __future__ import annotations
 

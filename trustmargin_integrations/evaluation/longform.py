@@ -16,6 +16,7 @@ Resumable: every question's two generations, and its Decision under each form, a
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from tqdm.auto import tqdm
 
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.config import ScoringForm
+from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.bootstrap import Bootstrap, paired_bootstrap
 from trustmargin_integrations.evaluation.datasets import EvalExample
 from trustmargin_integrations.evaluation.metrics import contains_gold, token_f1
@@ -94,12 +96,23 @@ def _generate(tm: TrustMargin, examples: Sequence[EvalExample], max_new_tokens: 
 
 def run_longform(tm: TrustMargin, examples: Sequence[EvalExample], store_path: str | Path, *,
                  forms: Sequence[ScoringForm] = FORMS, max_new_tokens: int = 64,
-                 batch_size: int = 8, progress: bool = True) -> list[LongFormRecord]:
+                 batch_size: int = 8, progress: bool = True,
+                 given: Mapping[str, GivenTexts] | None = None) -> list[LongFormRecord]:
     """Generate both chat answers of every example once, arbitrate them under each scoring
     form (``batch_size`` questions per arbitration call, the arbiter's default batch) and keep
-    every record (resumable: generations and decisions are stored as they finish)."""
+    every record (resumable: generations and decisions are stored as they finish).
+
+    ``given`` holds texts another run generated (:func:`load_texts`, keyed by example id):
+    they are arbitrated instead of generating, by ``tm`` whatever model wrote them (a scorer
+    that is not the answering model)."""
     store = ResultStore(store_path)
-    generated = {"max_new_tokens": max_new_tokens}
+    generated = ({"max_new_tokens": max_new_tokens} if given is None
+                 else {"texts_by": _only_writer(given, examples)})
+    if given is not None:
+        for e in examples:
+            if _key(tm, e, generated) not in store:
+                store.put(_key(tm, e, generated), {"direct_text": given[e.id].direct_text,
+                                                   "rag_text": given[e.id].rag_text})
     todo = [e for e in examples if _key(tm, e, generated) not in store]
     with tqdm(total=len(todo), desc="long-form answers", unit="q", disable=not progress) as bar:
         for start in range(0, len(todo), batch_size):
@@ -130,6 +143,54 @@ def run_longform(tm: TrustMargin, examples: Sequence[EvalExample], store_path: s
             decisions[e.id][form] = Decision.model_validate(value)
     return [LongFormRecord(e, texts[e.id]["direct_text"], texts[e.id]["rag_text"],
                            decisions[e.id]) for e in examples]
+
+
+@dataclass(frozen=True)
+class GivenTexts:
+    """Both chat answers of one question as a run generated them, and the model that did."""
+
+    dataset: str
+    id: str
+    model: str
+    direct_text: str
+    rag_text: str
+
+
+def save_texts(records: Sequence[LongFormRecord], model: str) -> str:
+    """The run's generations as JSONL (dataset, id, model and both texts; no question or
+    passage: those stay in the data they come from), for :func:`load_texts`."""
+    return "".join(json.dumps({"dataset": r.example.dataset, "id": r.example.id,
+                               "model": model, "direct_text": r.direct_text,
+                               "rag_text": r.rag_text}, ensure_ascii=False) + "\n"
+                   for r in records)
+
+
+def load_texts(path: str | Path) -> dict[str, GivenTexts]:
+    """Generations saved by :func:`save_texts`, keyed by example id (a typed error names a
+    line that is not such a record)."""
+    out: dict[str, GivenTexts] = {}
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        try:
+            texts = GivenTexts(**json.loads(line))
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputError(f"{path}:{n}", f"is not a saved generation ({exc})",
+                                    "give a file written by benchmarks/longform.py "
+                                    "--save-texts") from None
+        out[texts.id] = texts
+    return out
+
+
+def _only_writer(given: Mapping[str, GivenTexts], examples: Sequence[EvalExample]) -> str:
+    """The one model that wrote the given texts of ``examples`` (each must be there)."""
+    missing = [e.id for e in examples if e.id not in given]
+    if missing:
+        raise InvalidInputError("texts", f"holds no generation for {missing[:3]}",
+                                "generate them first, or run fewer questions (--limit)")
+    writers = {given[e.id].model for e in examples}
+    if len(writers) != 1:
+        raise InvalidInputError("texts", f"mixes generations of {sorted(writers)}",
+                                "keep one model's generations per file")
+    return writers.pop()
 
 
 def _given(example: EvalExample, texts: Mapping[str, str]) -> dict[str, Any]:
