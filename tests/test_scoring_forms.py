@@ -1,6 +1,6 @@
 """The scoring forms of a chain's texts other than the default: 'extract' (the model states the
-short answer each text gives, checked to occur in it) and the legacy 'sentence'. Real embedded
-model; the spy only records the calls the real backend receives."""
+short answer each text gives, checked to occur in it) and 'paper' (the product's own short answers
+given back). Real embedded model; the spy only records the calls the real backend receives."""
 
 from __future__ import annotations
 

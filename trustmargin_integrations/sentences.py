@@ -1,6 +1,5 @@
-"""Where a sentence ends: the one splitter for chat answers (the answering sentence of a
-candidate, :func:`~trustmargin_integrations.answers.scoring_form`) and for generated reasoning
-(IRCoT keeps the first sentence of each step; FLARE stops a look-ahead at a sentence end).
+"""Where a sentence ends: the one splitter for generated reasoning (IRCoT keeps the first
+sentence of each step; FLARE stops a look-ahead at a sentence end).
 
 A hand-written rule rather than a tokenizer library: the splitters we could install (NLTK's
 punkt, spaCy's sentencizer) need model downloads or ship their own abbreviation data, and the

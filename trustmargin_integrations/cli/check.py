@@ -83,7 +83,7 @@ def check(
     split_seed: Annotated[int, typer.Option(help="Seed of the --holdout split.")] = 0,
     scoring_form: Annotated[str | None, typer.Option(
         help="For records that give their chain's own answers (direct_answer, rag_answer): "
-             "how the two texts are compared: differential (default), extract or sentence.")
+             "how the two texts are compared: differential (default), extract or paper.")
     ] = None,
     limit: Annotated[int | None, typer.Option(
         help="Check only the first N distinct questions of the file.")] = None,
