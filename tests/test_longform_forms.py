@@ -11,12 +11,15 @@ from pathlib import Path
 import pytest
 
 from trustmargin_integrations import TrustMargin
+from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.datasets import load_dataset, load_examples
 from trustmargin_integrations.evaluation.longform import (
     FORMS,
     labeled_records,
+    load_texts,
     longform_table,
     run_longform,
+    save_texts,
 )
 
 DATA_DIR = Path(os.environ.get("TRUSTMARGIN_DATA")
@@ -54,3 +57,23 @@ def test_every_form_from_one_generation_and_resumed(tm: TrustMargin, tmp_path: P
         (r.direct_text, r.rag_text) for r in records]
     assert [[p.as_context() for p in e.passages or ()] for e in read] == [
         [p.as_context() for p in r.example.passages or ()] for r in records]
+    # The generations saved (no question text) and arbitrated again from the file, as a
+    # scorer other than the answering model would: nothing is generated, same decisions.
+    saved = tmp_path / "texts.jsonl"
+    saved.write_text(save_texts(records, "some-other-model"), encoding="utf-8")
+    assert records[0].example.question not in saved.read_text(encoding="utf-8")
+    given = load_texts(saved)
+    rescored = run_longform(tm, examples, tmp_path / "rescored.jsonl", forms=["differential"],
+                            progress=False, given=given)
+    assert [(r.direct_text, r.rag_text) for r in rescored] == [
+        (r.direct_text, r.rag_text) for r in records]
+    assert [r.decisions["differential"].m for r in rescored] == pytest.approx(
+        [r.decisions["differential"].m for r in records], abs=1e-4)
+
+
+def test_saved_generations_are_refused_when_they_are_not(tmp_path: Path) -> None:
+    bad = tmp_path / "texts.jsonl"
+    bad.write_text('{"dataset": "cwq", "id": "1"}\n', encoding="utf-8")
+    with pytest.raises(InvalidInputError) as info:
+        load_texts(bad)
+    assert info.value.field == f"{bad}:1"

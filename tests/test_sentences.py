@@ -1,4 +1,4 @@
-"""The one sentence splitter (trustmargin_integrations.sentences): the answering sentence of a
+"""The one sentence splitter (trustmargin_integrations.sentences): IRCoT's and FLARE's, of a
 chat answer and the first sentence of each IRCoT reasoning step both come from it."""
 
 from __future__ import annotations
