@@ -1,5 +1,5 @@
-"""The one sentence splitter (trustmargin_integrations.sentences): IRCoT's and FLARE's, of a
-chat answer and the first sentence of each IRCoT reasoning step both come from it."""
+"""The one sentence splitter (trustmargin_integrations.sentences): the first sentence of each
+IRCoT reasoning step and FLARE's look-ahead end both come from it."""
 
 from __future__ import annotations
 
