@@ -16,10 +16,10 @@ from dataclasses import dataclass, replace
 from trustmargin_integrations.answers import answer_complete, answers_agree, clean_answer
 from trustmargin_integrations.arbiter.candidates import Candidate, cut_to_short_answer
 from trustmargin_integrations.arbiter.preparation import PreparedQuestion
-from trustmargin_integrations.backends.base import ModelSession
+from trustmargin_integrations.backends.base import ContinuationRequest, ModelSession
 from trustmargin_integrations.comparison import Span, differential, scored_text
 from trustmargin_integrations.config import TrustMarginConfig
-from trustmargin_integrations.prompts import extract_prompt
+from trustmargin_integrations.prompts import extract_prompt, question_free_prompt
 from trustmargin_integrations.reading import plain, same_reading, stated_in
 from trustmargin_integrations.schema import CompareForm
 
@@ -55,7 +55,7 @@ class Compared:
     """A warning for the Decision about how the pair was compared, else None."""
     options: tuple[Compared, ...] = ()
     """Every candidate stretch of the pair when the texts differ in several places (this one
-    first): all are scored and :func:`answer_bearing` keeps one. Empty: nothing to choose."""
+    first), until :func:`choose_answer_bearing` keeps one. Empty: nothing to choose."""
 
 
 def whole(form: CompareForm, direct: str, rag: str, agree: bool | None = None) -> Compared:
@@ -102,7 +102,7 @@ def by_difference(question: str, direct: str, rag: str) -> Compared:
     return replace(each[0], options=tuple(each)) if len(each) > 1 else each[0]
 
 
-def answer_bearing(raised: Sequence[tuple[float, float]]) -> int:
+def answer_bearing(raised: Sequence[tuple[float, ...]]) -> int:
     """Which of a pair's candidate stretches carries the answer: the one that the question
     makes likelier as an answer, on both sides together (``raised``: per stretch, Direct's
     then RAG's per-token log-likelihood as a bare answer after the question-only prompt minus
@@ -110,6 +110,40 @@ def answer_bearing(raised: Sequence[tuple[float, float]]) -> int:
     same whatever was asked; the answer to the question does not. The sum is symmetric in the
     two sides, so the choice favours neither source, and it uses no list of phrases."""
     return max(range(len(raised)), key=lambda k: sum(raised[k]))
+
+
+def choose_answer_bearing(session: ModelSession, render: Callable[[str], str],
+                          chunk: list[PreparedQuestion], rows: list[list[Compared]]
+                          ) -> list[list[Compared]]:
+    """Every pair with several candidate stretches reduced to its answer-bearing one
+    (:func:`answer_bearing`), before anything is scored under the paper's views: each
+    candidate's two sides are scored bare, as answers, after the question-only prompt and
+    after the same prompt with nothing asked (four short requests a candidate, one session
+    call for the chunk), so only the kept stretch pays for the three views."""
+    free = render(question_free_prompt())
+    requests = [ContinuationRequest(prompt, _bare(side))
+                for p, row in zip(chunk, rows, strict=True) for c in row for o in c.options
+                for side in (o.direct, o.rag)
+                for prompt in (p.views.question_only, free)]
+    if not requests:
+        return rows
+    scores = iter(session.score(requests))
+    out = []
+    for row in rows:
+        kept = []
+        for c in row:
+            if c.options:
+                raised = [tuple(next(scores).mean - next(scores).mean for _ in range(2))
+                          for _ in c.options]
+                c = c.options[answer_bearing(raised)]
+            kept.append(c)
+        out.append(kept)
+    return out
+
+
+def _bare(scored: Scored) -> str:
+    """A side's compared words alone, as a short answer is scored."""
+    return " ".join(piece.text.strip() for piece in scored)
 
 
 def compare_chunk(session: ModelSession, render: Callable[[str], str],
@@ -138,7 +172,7 @@ def compare_chunk(session: ModelSession, render: Callable[[str], str],
             else:
                 row.append(by_difference(chunk[i].input.question, d.answer, o.answer))
         out.append(row)
-    return out
+    return choose_answer_bearing(session, render, chunk, out)
 
 
 def _extractions(session: ModelSession, render: Callable[[str], str],

@@ -26,7 +26,6 @@ from trustmargin_integrations.arbiter.comparisons import Compared, compare_chunk
 from trustmargin_integrations.arbiter.decision import Evidence, assemble_decision
 from trustmargin_integrations.arbiter.plan import (
     Plan,
-    choose_stretches,
     plan_question,
     plan_unscored,
     score_rows,
@@ -38,7 +37,7 @@ from trustmargin_integrations.backends.spec import BackendSpec
 from trustmargin_integrations.calibration_file import AUTO, Calibration, calibration_for
 from trustmargin_integrations.config import TrustMarginConfig, check_rule_value
 from trustmargin_integrations.errors import InvalidInputError
-from trustmargin_integrations.prompts import PROMPT_VERSION, question_free_prompt
+from trustmargin_integrations.prompts import PROMPT_VERSION
 from trustmargin_integrations.retrieval.base import Retriever, retrieve_batch
 from trustmargin_integrations.rule import Policy
 from trustmargin_integrations.schema import Decision, Passage, Timings, ViewLikelihoods
@@ -440,11 +439,6 @@ class TrustMargin:
                 # the transformers fast path scores all answers of a prompt off one cache.
                 rows = [(chunk[i], ready[i].items) for i in to_score]
                 scores = score_rows(session, rows, to_score)
-                if any(ready[i].choices for i in to_score):
-                    compared = choose_stretches(
-                        session, self.backend.render_prompt(question_free_prompt()),
-                        [(chunk[i], plan, row, scores.get(i))
-                         for i, (plan, row) in enumerate(zip(ready, compared, strict=True))])
                 scoring_s = (time.perf_counter() - start) / len(to_score)
         total = (time.perf_counter() - began) / len(chunk)
         out = []

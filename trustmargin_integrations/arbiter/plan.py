@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from trustmargin_integrations.arbiter.comparisons import Compared, Scored, answer_bearing
+from trustmargin_integrations.arbiter.comparisons import Compared, Scored
 from trustmargin_integrations.arbiter.preparation import VIEWS, PreparedQuestion
 from trustmargin_integrations.backends.base import (
     ContinuationRequest,
@@ -30,9 +30,7 @@ class Plan:
     ``items`` is what the model scores (each side's pieces, each once) and ``pairs`` maps a
     scored candidate to the items of its Direct side and its own side: a generated pair
     shares one Direct item (the paper's scoring), a compared chat pair may score a part of
-    Direct's text of its own. ``choices`` holds, for a pair whose texts differ in several
-    places, the items of every candidate stretch; :func:`choose_stretches` sets ``pairs``
-    to the answer-bearing one once they are scored.
+    Direct's text of its own.
     """
 
     verdict: Verdict | None
@@ -42,7 +40,6 @@ class Plan:
     agreeing: list[int] = field(default_factory=list)
     items: list[Scored] = field(default_factory=list)
     pairs: dict[int, tuple[int, int]] = field(default_factory=dict)
-    choices: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     fixed: Verdict | None = None
     """The verdict of a policy that keeps one side whatever the margins
     (:func:`plan_unscored`): nothing is scored and no margin exists."""
@@ -86,8 +83,6 @@ def plan_question(prepared: PreparedQuestion, direct: str, rag: list[str],
             first[answer] = j
             plan.scored.append(j)
             plan.pairs[j] = (item(compared[j].direct), item(compared[j].rag))
-            if compared[j].options:
-                plan.choices[j] = [(item(o.direct), item(o.rag)) for o in compared[j].options]
     return plan
 
 
@@ -121,43 +116,6 @@ def plan_unscored(prepared: PreparedQuestion, direct: str | None, rag: list[str 
         f"{'RAG' if verdict.choice == 'rag' else 'Direct'} answer whatever the margins, so "
         "nothing was scored (for the margins, decide under a margin policy such as "
         "policy='rule', or score_batch then decide)"))
-
-
-def choose_stretches(
-    session: ModelSession, question_free: str,
-    rows: list[tuple[PreparedQuestion, Plan, list[Compared], list[ViewLikelihoods] | None]],
-) -> list[list[Compared]]:
-    """Each pair's compared form once its candidate stretches are scored: the answer-bearing
-    one (:func:`~.comparisons.answer_bearing`), which ``plan.pairs`` then points at; a copy
-    of an earlier candidate takes that one's choice. Each candidate stretch is scored bare,
-    as an answer, after the question-only prompt and after ``question_free`` (the rendered
-    prompt with nothing asked): one session call for all rows."""
-    requests: list[ContinuationRequest] = []
-    for prepared, plan, _, scores in rows:
-        if scores is None:
-            continue
-        for i in _choice_items(plan):
-            text = " ".join(piece.text.strip() for piece in plan.items[i])
-            requests += [ContinuationRequest(prepared.views.question_only, text),
-                         ContinuationRequest(question_free, text)]
-    flat = iter(session.score(requests) if requests else [])
-    out = []
-    for _, plan, compared, scores in rows:
-        chosen = list(compared)
-        if scores is not None:
-            raised = {i: next(flat).mean - next(flat).mean for i in _choice_items(plan)}
-            for j, items in plan.choices.items():
-                k = answer_bearing([(raised[d], raised[g]) for d, g in items])
-                plan.pairs[j] = items[k]
-                chosen[j] = compared[j].options[k]
-            for j, earlier in plan.copies.items():
-                chosen[j] = chosen[earlier]
-        out.append(chosen)
-    return out
-
-
-def _choice_items(plan: Plan) -> list[int]:
-    return sorted({i for items in plan.choices.values() for pair in items for i in pair})
 
 
 def score_rows(
