@@ -9,8 +9,9 @@ from trustmargin_integrations.answers import (
     answers_agree,
     clean_answer,
     normalize_answer,
-    scoring_form,
 )
+from trustmargin_integrations.comparison import differential, scored_text
+from trustmargin_integrations.reading import same_reading
 
 
 @pytest.mark.parametrize(
@@ -54,41 +55,13 @@ def test_normalize_and_agree() -> None:
     assert not answers_agree("the", "a")
 
 
-# Chat-style answers as LangChain / LlamaIndex chains produce them: the scored form is
-# the answering sentence, never a preamble or a markdown label.
-CHAT_ANSWERS = [
-    ("The Velmora Bridge was designed by the engineer Tomas Rilke.\n\nSome further details:\n"
-     "- It opened in 1962 and spans 400 m.\n- It was restored in 2001.",
-     "The Velmora Bridge was designed by the engineer Tomas Rilke"),
-    ("Sure! Here is what I know:\n\nThe bridge was designed by Gustave Eiffel.",
-     "The bridge was designed by Gustave Eiffel"),
-    ("**Answer:** Paris", "Paris"),
-    ("### Answer\nParis\n\nParis has been the capital since 508.", "Paris"),
-    ("Based on the context, the designer was Marta Okonkwo.", "the designer was Marta Okonkwo"),
-    ("According to the provided passages: Marta Okonkwo.", "Marta Okonkwo"),
-    ("Certainly! Marta Okonkwo designed it in 1987.", "Marta Okonkwo designed it in 1987"),
-    ("Great question! The answer is Paris.", "Paris"),
-    ("Here's the answer: 42", "42"),
-    ("J. R. R. Tolkien wrote it. It appeared in 1937.", "J. R. R. Tolkien wrote it"),
-    ("Dr. Smith was born in St. Louis. He later moved.", "Dr. Smith was born in St. Louis"),
-    ("- Paris\n- London", "Paris"),
-]
-
-
-@pytest.mark.parametrize(("raw", "scored"), CHAT_ANSWERS)
-def test_scoring_form_of_chat_answers(raw: str, scored: str) -> None:
-    assert scoring_form(raw) == scored
-
-
-@pytest.mark.parametrize(
-    "raw", ["Paris", "Paris.", "Answer: Paris.", '"Barack Obama"', "U.S.", "Washington, D.C.",
-            "1987...", "Answer:\nParis", "   ", "Zürich.\r\nsecond line", "The answer is 100"])
-def test_scoring_form_keeps_the_papers_short_answers(raw: str) -> None:
-    assert scoring_form(raw) == clean_answer(raw)
-
-
 def test_a_shared_preamble_never_makes_two_answers_agree() -> None:
+    """The paper's cut keeps a chat answer's first line, a shared preamble; a chain's texts are
+    read whole (reading.py), so they agree only when they read alike, and what is compared is
+    where they differ."""
     direct = "Sure! Here is what I know:\n\nIt was designed by Gustave Eiffel."
     rag = "Sure! Here is what I know:\n\nIt was designed by Tomas Rilke in 1962."
     assert answers_agree(clean_answer(direct), clean_answer(rag))  # the paper's policy: preamble
-    assert not answers_agree(scoring_form(direct), scoring_form(rag))
+    assert not same_reading(direct, rag)
+    (stretch,) = differential(direct, rag).stretches
+    assert scored_text(direct, (stretch.direct,)) == "Gustave Eiffel"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from trustmargin_integrations.answers import scoring_form
 from trustmargin_integrations.sentences import ends_sentence, first_sentence
 
 
@@ -36,9 +35,3 @@ def test_ends_sentence_knows_abbreviations_and_initials() -> None:
     assert ends_sentence("in 1987.") and ends_sentence("Really?") and ends_sentence("Yes!")
     for text in ("J.", "Dr.", "the U.S.", "at 3 p.m.", "e.g.", "Jan.", "...", ""):
         assert not ends_sentence(text), text
-
-
-def test_the_answering_sentence_of_a_chat_answer_uses_the_same_splitter() -> None:
-    assert scoring_form("Sure! It was 3 p.m. yes, I think.") == "It was 3 p.m. yes, I think"
-    assert scoring_form("Rev. John Westley was a minister. He preached.") == \
-        "Rev. John Westley was a minister"

@@ -19,7 +19,9 @@ from urllib.parse import quote, unquote
 from trustmargin_integrations.errors import InvalidInputError
 
 # "//" up to the last "@" of the same token: also a password holding an unencoded "/" or "@".
-_USERINFO = re.compile(r"(?<=//)[^\s\"'<>]*@")
+# Up to the last "@" before a space: a password may hold quotes and "@" (the test's generated
+# passwords do), and hiding too much of a message is safe where a prefix of a password is not.
+_USERINFO = re.compile(r"(?<=//)[^\s<>]*@")
 # The value of an Authorization header a server echoes back (``Authorization: Basic ...``,
 # ``"authorization": "Bearer ..."``), whoever's credentials it holds.
 _AUTH_VALUE = re.compile(r"(authorization\W{1,4}(?:basic|bearer|apikey)\s+)[^\s\"',;]+",
