@@ -25,7 +25,6 @@ def test_printed_paths_keep_their_control_characters_escaped(tmp_path: Path) -> 
     checked = run_main("check", str(run), "--folds", "2", "--resamples", "200")
     assert checked.exit_code == 0, checked.output
     assert f"policy: {tmp_path}/{ESCAPED}/policy.json" in checked.output.splitlines()
-    assert f"--calibration {tmp_path}/{ESCAPED}/policy.json" in checked.output
     reported = run_main("report", str(run))
     assert reported.exit_code == 0, reported.output
     assert f"report: {tmp_path}/{ESCAPED}/report.md" in reported.output.splitlines()
