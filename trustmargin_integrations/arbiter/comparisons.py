@@ -68,19 +68,14 @@ def whole(form: CompareForm, direct: str, rag: str, agree: bool | None = None) -
     return Compared(form, agree, (Piece("", direct),), (Piece("", rag),), direct, rag)
 
 
-def pieces(text: str, spans: tuple[Span, ...], clauses: tuple[int, ...] | None = None
-           ) -> Scored:
-    """The spans of ``text`` as continuations of the text before them: all of it, or from
-    ``clauses[k]`` (where span k's clause begins). The space before a span belongs to it
-    (tokenizers mark a word's leading space on the word's own token), except where nothing
-    comes before it: then it is scored as a bare answer is."""
-    out = []
-    for k, span in enumerate(spans):
-        begin = 0 if clauses is None else clauses[k]
-        cut = max(begin, len(text[:span.start].rstrip()))
-        prefix = text[begin:cut]
-        out.append(Piece(prefix, text[cut if prefix else span.start:span.end]))
-    return tuple(out)
+def clause_piece(text: str, span: Span, clause: int) -> Scored:
+    """``text[span]`` as a continuation of its clause's text before it (from ``clause``). The
+    space before a span belongs to it (tokenizers mark a word's leading space on the word's
+    own token), except where nothing of the clause comes before it: then it is scored as a
+    bare answer is."""
+    cut = max(clause, len(text[:span.start].rstrip()))
+    prefix = text[clause:cut]
+    return (Piece(prefix, text[cut if prefix else span.start:span.end]),)
 
 
 def by_difference(question: str, direct: str, rag: str) -> Compared:
@@ -94,8 +89,8 @@ def by_difference(question: str, direct: str, rag: str) -> Compared:
     # invisible character, NFD, digit grouping, emphasis) moves a likelihood.
     shown = plain(direct), plain(rag)
     each = [Compared("differential", False,
-                     pieces(shown[0], (s.direct_plain,), (s.direct_clause,)),
-                     pieces(shown[1], (s.rag_plain,), (s.rag_clause,)),
+                     clause_piece(shown[0], s.direct_plain, s.direct_clause),
+                     clause_piece(shown[1], s.rag_plain, s.rag_clause),
                      scored_text(direct, (s.direct,)), scored_text(rag, (s.rag,)),
                      (s.direct,), (s.rag,))
             for s in found.stretches]
