@@ -304,11 +304,17 @@ class Fleet:
         request = ContinuationRequest(self.render_prompt(PROBE_MESSAGE), PROBE_ANSWER)
 
         def check(index: int) -> bool:
+            # The probe takes one of the member's slots like any request, or another caller's
+            # requests plus this probe would exceed in_flight on that server.
+            if not self._acquire_slot_on(index):
+                return False
             try:
                 mean = self.members[index].score_continuations([request])[0].mean
             except ServerUnavailableError as exc:
                 self._retire(index, exc)
                 return False
+            finally:
+                self._release(index)
             gap = abs(mean - self._reference)
             if math.isfinite(gap) and gap <= self.probe_tolerance:
                 return True
@@ -353,10 +359,20 @@ class Fleet:
                     return index
                 self._ready.wait()
 
+    def _acquire_slot_on(self, index: int) -> bool:
+        """Wait for a free slot on member ``index``; False when it was retired meanwhile."""
+        with self._ready:
+            while index not in self._retired:
+                if self._busy[index] < self.in_flight:
+                    self._busy[index] += 1
+                    return True
+                self._ready.wait()
+            return False
+
     def _release(self, index: int) -> None:
         with self._ready:
             self._busy[index] -= 1
-            self._ready.notify()
+            self._ready.notify_all()  # waiters for one member and for any share the condition
 
     def _retire(self, index: int, failure: ServerUnavailableError | str) -> None:
         with self._ready:
