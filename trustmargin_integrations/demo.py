@@ -3,6 +3,9 @@
 Half of the questions ask about invented facts that only the corpus holds (retrieval must
 help); the others ask well-known facts while the corpus holds distracting passages
 (retrieval may mislead). It shows both failure modes TrustMargin arbitrates between.
+
+Evaluation-side: it grades answers with :mod:`.evaluation.metrics` and
+:mod:`.evaluation.bootstrap`, so no core module imports it (pyproject.toml's import contracts).
 """
 
 from __future__ import annotations
