@@ -10,9 +10,7 @@ Quick start::
     index = BM25Index.build(passages)             # or any retriever: search(query, k)
     decision = tm.answer("Who wrote Hamlet?", index, k=3)   # retrieve, answer both ways, decide
 
-The names below are re-exported lazily (PEP 562): each loads its module on first use, so that
-importing one light module (``trustmargin_integrations.errors``) does not load the arbiter,
-the retrievers (bm25s, PyStemmer, numpy) or torch.
+The names below load their modules on first use (PEP 562), so light imports stay light.
 """
 
 from __future__ import annotations

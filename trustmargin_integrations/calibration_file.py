@@ -1,15 +1,10 @@
-"""The calibration file the arbiter loads: a fitted (lambda_bind, tau), and the decision
-policy (``trustmargin check``), for one model and prompt version with its provenance, and the
-files this package ships for named models.
+"""The calibration file the arbiter loads, and the files this package ships for named models.
 
-A file without a ``policy`` (written before policies existed, like the shipped ones) means
-"the margin rule with its lambda_bind and tau".
-
-``TrustMargin.from_pretrained(model, calibration=...)`` picks one with :func:`calibration_for`
-(by default the file shipped for a named model; ``None`` for the paper's rule), refuses it for
-another model or prompt version (:meth:`Calibration.check`) and applies it to the config
-(:meth:`Calibration.apply`). The fitting that writes these files (``trustmargin calibrate``) is
-:mod:`trustmargin_integrations.evaluation.rule_fit`.
+A file holds a fitted (lambda_bind, tau) and the decision ``policy`` chosen for one model and
+prompt version, with its provenance; the shipped files hold the policy the domain check
+(``trustmargin check``) chose on their benchmark questions. A file without a ``policy`` means
+the margin rule at its numbers. :func:`calibration_for` picks one,
+:meth:`Calibration.check` refuses another model's, :meth:`Calibration.apply` applies it.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """One deadline per HTTP request: connect, headers and body, for every client we drive.
 
-httpx (and the urllib3 under elastic-transport) bound each socket operation, not a request:
-a server that sends one header or body byte per second never lets a read time out, so a 5 s
-request could run for minutes (httpx has no total timeout: encode/httpx#1450 is open). The
-one place where every connect, read and write of an httpx request passes with its timeout is
-httpcore's *network backend*, a public interface (``httpcore.NetworkBackend``). Ours wraps
-httpcore's own backend and hands each operation ``min(its timeout, time left)``; with no time
-left it raises httpcore's own ``ConnectTimeout`` / ``ReadTimeout`` / ``WriteTimeout``, so
-httpx reports the usual ``httpx.TimeoutException`` and httpcore closes the connection as it
-does after any timeout. Nothing else changes: pooling, TLS, proxies, the per-operation
-timeouts. The deadline is the caller's, set around one attempt with
-:func:`request_deadline`; it is a context variable, so threads sharing a connection pool each
-keep their own.
-
-Why our own code: neither client offers a total deadline, and the alternatives (a watchdog
-thread shutting sockets down, running each request in a thread that is abandoned) leak
-threads or race with the pool. Limits: name resolution (``getaddrinfo``) is not interruptible
-and is outside the bound; a TLS handshake is one operation of at most the time left.
+Wraps httpcore's network backend (``httpcore.NetworkBackend``) so that each connect, read and
+write gets ``min(its timeout, time left)`` and ends with httpcore's own timeout error; the
+deadline is set around one attempt with :func:`request_deadline` (a context variable, so each
+thread keeps its own). Why our own code, and its limits (name resolution is not bounded):
+docs/decisions.md, "One deadline per request".
 """
 
 from __future__ import annotations

@@ -1,25 +1,10 @@
 """The one crash-safe writer for every file the project writes (standard library only).
 
-Whole files (outputs, manifests, downloads, cache manifests) are written with
-:func:`atomic_output` (or its one-call forms :func:`write_text_atomic` and
-:func:`write_bytes_atomic`): the content goes to a temporary file beside the destination,
-is flushed and fsynced, renamed over the destination, and the directory is fsynced. A reader
-therefore sees the old file or the complete new one, never a torn mix, whatever happens
-(a kill, a full disk, a power cut). On any failure the temporary file is removed and the
-previous destination is left as it was.
-
-Append-only files (the result store) are opened with :func:`open_append`: ``O_APPEND`` so each
-``write()`` lands whole at the end even with several writers, ``O_NOFOLLOW`` so a planted link
-is never followed, and refused when hard-linked elsewhere.
-
-Both refuse a destination that is a symbolic link, a directory or any other file that is not
-a regular file (a FIFO, a device such as ``/dev/null``, a socket): a link planted in a run
-directory must not make the project write outside it, and the final rename must never
-replace a special file with a regular one.
-
-:func:`check_output` is the one guard every command calls on each file it will write, before
-any work: the checks above, plus never a file the same command reads and never a file it
-does not own (a run directory's cache or manifest), each refusal naming the option.
+:func:`atomic_output` (and :func:`write_text_atomic`, :func:`write_bytes_atomic`) write a
+whole file through a fsynced temporary file renamed over the destination, so a reader sees the
+old file or the new one, never a mix; :func:`open_append` opens append-only files (the result
+store) with ``O_APPEND | O_NOFOLLOW``. Both refuse links and anything not a regular file;
+:func:`check_output` is the guard every command runs on each output before any work.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Text out of a local model for the framework adapters: greedy streaming with stop strings
-(:func:`stream_greedy`, the chat models' decoding), and JSON by schema-guided decoding
-(:class:`GuidedDecoder`, for structured output, tool calls and sub-questions).
+(:func:`stream_greedy`) and JSON by schema-guided decoding (:class:`GuidedDecoder`).
 
-A small model asked for "a JSON object matching this schema" mostly echoes the schema. So the
-decoder writes the JSON itself (braces, keys, quotes, commas) and asks the model only for the
-values, each where its type allows it to stop: a string up to its closing quote, a number up to
-the first character that cannot continue it; a boolean, an enum member, a tool's name or
-"another array item?" is the option the model finds most likely (length-normalized
-log-likelihood, as the paper scores answers). The result is then validated against the schema
-(``jsonschema``). A schema this decoder does not cover is decoded freely after an opening
-``{``; a reply that is not valid JSON for the schema is a :class:`StructuredOutputError` that
-names the schema, the place and the reply.
+The decoder writes the JSON structure itself and asks the model only for the values (free
+text up to where its type may stop; a choice among options by length-normalized
+likelihood), then validates the result against the schema; a reply that does not fit is a
+:class:`StructuredOutputError`. Why: docs/decisions.md, "Schema-guided JSON".
 """
 
 from __future__ import annotations

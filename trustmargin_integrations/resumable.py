@@ -1,13 +1,9 @@
 """The one resumable chunk loop: compute what the store lacks, one durable chunk at a time.
 
-``trustmargin eval`` (examples and noise levels), ``eval --pipeline`` and ``trustmargin score``
-all fill a :class:`~trustmargin_integrations.store.ResultStore` the same way: the work left is
-cut into chunks of ``batch_size``, each chunk is computed with one call (one model batch), and
-every result of the chunk is appended durably before the next chunk starts. A run killed at
-any moment therefore loses at most the chunk in flight, and the next run skips what is stored.
-
-The loop knows nothing of TrustMargin: the caller passes ``compute``, which turns a chunk of
-its own work items into the values to store (so this module imports only the store).
+``trustmargin eval`` (with ``--pipeline``) and ``trustmargin score`` cut the work left into
+chunks of ``batch_size``, compute each with one call and append its results durably before
+the next, so a killed run loses at most the chunk in flight. The caller's ``compute`` does
+the work; this module imports only the store.
 """
 
 from __future__ import annotations

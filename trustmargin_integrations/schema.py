@@ -1,14 +1,8 @@
 """Pydantic records: passages, the three prompt views and the Decision (the audit record).
-The input of one arbitration is validation.ArbitrationInput (its model is its validator).
 
-Records only: this module imports neither the rule nor the config (the words it shares with
-the rule are :mod:`~trustmargin_integrations.vocabulary`'s), so every retriever can return
-``Passage`` records without loading a decision policy. A recorded Decision is replayed under
-any policy by :mod:`trustmargin_integrations.rule.replay`, which reads it.
-
-Every number in these records is finite (``allow_inf_nan=False``): a NaN likelihood or margin
-makes every comparison with tau false, so it would pass for a Direct decision, and JSON would
-write it as ``null``. Such a record is refused where it is built, never stored.
+Records only: no import of the rule or the config, so a retriever returns ``Passage`` records
+without loading a decision policy. Every number is finite (``allow_inf_nan=False``; why:
+docs/decisions.md). The input of one arbitration is ``validation.ArbitrationInput``.
 """
 
 from __future__ import annotations

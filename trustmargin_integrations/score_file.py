@@ -1,19 +1,10 @@
 """``trustmargin score``: arbitrate a JSONL file of another system's candidates, resumably.
 
-The job has three steps, and only the middle one needs the model:
-
-1. read and validate the WHOLE input file (every error names ``FILE:LINE.field`` and the fix),
-   so a bad line 90,000 stops the run before the model loads, not after hours;
-2. compute what no earlier run finished: results go to the project's one resumable store
-   (:class:`~trustmargin_integrations.store.ResultStore`, ``OUTPUT.cache`` beside the output),
-   keyed by a hash of the record and everything that changes its decision, so duplicate or
-   missing ids, another input file, another model or another tau are all handled correctly;
-3. write the output in input order with the one crash-safe writer
-   (:func:`~trustmargin_integrations.files.atomic_output`), so the output is never
-   half-written: it is the old file or the complete new one.
-
-Keys of a record other than the arbitration fields (a gold answer, a source id, ...) are
-carried to its Decision under ``metadata``.
+The whole input is validated before the model loads (errors name ``FILE:LINE.field``);
+results go to the resumable store (``OUTPUT.cache``) keyed by everything that changes a
+decision; the output is written in input order with
+:func:`~trustmargin_integrations.files.atomic_output`. Extra keys of a record are carried to
+its Decision under ``metadata``.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """Shadow decisions: the decision made off the answer path, in a bounded background queue.
 
-In shadow mode a wrapped chain or engine answers with one side only (the policy's fixed side,
-or the user's chain as deployed) at the plain chain's latency, and hands a *job* to a
-:class:`Shadow`: run the other side, score both, decide under the shadow policy (the paper's
-rule by default), deliver the decision as the framework's event and append it to a JSONL log.
-The user's call never waits for, is slowed by, or fails because of that job:
-
-- the queue is bounded (``max_pending``); a job that does not fit is dropped and counted,
-  with a logged warning, instead of blocking the caller;
-- one worker thread runs the jobs in order; a job's error is logged and counted, never raised
-  to the user;
-- :meth:`Shadow.flush` waits until every queued job has run (tests, shutdown).
-
-The log (:class:`ShadowLog`) is append-only, one record per line, in the shape
-``trustmargin check`` reads once a gold ``answer`` is added to each line: ``question``,
-``passages`` ({title, text}), the chain's own ``direct_answer`` and ``rag_answer`` (whole
-texts), plus ``id``, ``served`` (the side the user got) and ``decision`` (the Decision as JSON).
-It deliberately has no ``answer`` key: that is the label the check grades against.
+In shadow mode a wrapped chain answers with one side at the plain chain's latency and hands a
+job to a :class:`Shadow` (run the other side, score both, decide under the shadow policy,
+emit the framework's event, append to a :class:`ShadowLog`). The user's call never waits for
+or fails because of the job: the queue is bounded (``max_pending``; overflow is dropped and
+counted), one worker runs jobs, errors are logged; :meth:`Shadow.flush` waits for the queue.
+The log is ``trustmargin check``'s input shape once a gold ``answer`` is added to each line.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """The one resumable-results store: an append-only, crash-safe JSONL cache of results.
 
-Both long-running jobs keep their finished work here: ``trustmargin eval`` (the run
-directory's ``cache.jsonl``) and ``trustmargin score`` (``OUTPUT.cache`` beside its output,
-from which the output is written atomically at the end). The chunk loop that fills it is
-:func:`trustmargin_integrations.resumable.run_chunks`.
-
-Every line is one self-checking record ``{"key", "sha", "value"}``: ``sha`` is the sha256 of
-the canonical JSON of ``value``. A run killed mid-write leaves at most one torn last line; it
-fails to parse (or fails its checksum) and is ignored, and the next append starts on a fresh
-line, so nothing already written is ever rewritten. The newest valid record of a key wins.
-Two processes may append to one store: each record is one ``write()`` under an advisory lock,
-so lines never interleave. The file is never followed through a symbolic link and never
-appended to when hard-linked elsewhere (:func:`~trustmargin_integrations.files.open_append`).
-
-Keys are content hashes (:func:`cache_key`) of everything that determines a result: model,
-prompt version, code version, settings, question, passages and any given candidate answers.
-Changing any of them yields a new key, so stale entries are never reused; two identical
-inputs share one key (and one result), so duplicate or missing ids cannot lose work.
+``trustmargin eval`` (``cache.jsonl`` in the run directory) and ``trustmargin score``
+(``OUTPUT.cache``) keep their finished work here, filled by
+:func:`~trustmargin_integrations.resumable.run_chunks`. Each line is a self-checking
+``{"key", "sha", "value"}`` record keyed by :func:`cache_key`, a content hash of everything
+that determines the result; a torn or corrupt line is ignored and the newest valid record of
+a key wins. Why this design:
+docs/decisions.md, "One append-only, self-checking result store".
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """The one reader of JSON a user gave us (input files, corpora, datasets, calibration files),
 and the one rule for a user's file that is not UTF-8 (:func:`read_text`, :func:`not_utf8`).
 
-Files are read as UTF-8 with a leading byte-order mark accepted (Windows editors write one);
-a JSONL file is one whose name ends in ``.jsonl`` in any case, and it is split on ``\n``
-only: a JSON string may hold U+2028, U+2029, U+0085 or a form feed raw, which
-``str.splitlines`` would wrongly treat as line ends (``\r\n`` endings still work, since
-JSON allows the ``\r`` as whitespace).
-
-The standard parser accepts, without a word, things that silently change what a user meant:
-a key written twice (the last one wins), ``NaN`` / ``Infinity`` (not JSON at all), and it
-fails with untyped errors on input nested too deeply (``RecursionError``) or integers too long
-to convert (``ValueError``). Here each of those is an :class:`InvalidInputError` that names
-the record and says how to fix it. Files the project writes itself are read by their owners.
+Files are UTF-8 (a leading byte-order mark accepted); a ``.jsonl`` file is split on ``\\n``
+only. A duplicate key, ``NaN`` / ``Infinity``, input nested too deeply or an integer too long
+is an :class:`InvalidInputError` naming the record and the fix (why: docs/decisions.md).
+Files the project writes itself are read by their owners.
 """
 
 from __future__ import annotations

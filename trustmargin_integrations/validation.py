@@ -1,14 +1,9 @@
-"""The input of one arbitration: :class:`ArbitrationInput`, the one definition of a usable
-input (its validators are the checks), and the checks of the other public arguments (one
-question, a retriever, ``k``, search queries).
+"""The input of one arbitration (:class:`ArbitrationInput`, whose validators are the checks) and
+the checks of the other public arguments (one question, a retriever, ``k``, search queries).
 
-Every entry point builds the model once, through :func:`validate_input` (the Python API,
-``trustmargin score``, the LangChain router and chain builder, the LlamaIndex arbiter), and
-the stages after it take the validated model and check nothing again. Adapters that call a
-field by another name (LangChain's ``documents``, LlamaIndex's ``rag.source_nodes``) pass
-``names`` so that errors name the key the user actually passed. Pydantic's own
-``ValidationError`` never reaches a user: :func:`typed_errors` turns it into the
-:class:`~trustmargin_integrations.errors.InvalidInputError` a validator raised.
+Every entry point validates once through :func:`validate_input`; adapters pass ``names`` so
+errors name the user's own keys, and :func:`typed_errors` turns pydantic's errors into
+:class:`~trustmargin_integrations.errors.InvalidInputError`.
 """
 
 from __future__ import annotations

@@ -1,30 +1,10 @@
 """Bounded waits for remote servers: timeouts, retry counts and ``Retry-After``.
 
 The one place that decides how long the project waits for a server (the OpenAI-compatible
-model server and Elasticsearch). Every setting comes from a constructor argument or, when
-that is not given, from an environment variable ``<PREFIX>_<NAME>``:
-
-==================== =========== =========================================================
-name                  default     meaning
-==================== =========== =========================================================
-``CONNECT_TIMEOUT``   10 s        opening one TCP/TLS connection
-``READ_TIMEOUT``      60 s        silence allowed while waiting for (the next bytes of) one
-                                  answer
-``TIMEOUT``           120 s       one request in all: every attempt, every byte and every
-                                  pause between retries
-``RETRIES``           2           retries after a 408/409/425/429/5xx, a timeout or a
-                                  dropped connection
-==================== =========== =========================================================
-
-with ``PREFIX`` ``TRUSTMARGIN_REMOTE`` for the model server and ``TRUSTMARGIN_ES`` for
-Elasticsearch.
-
-Why these defaults: a vLLM server answers an echo request for a 2,000-token prompt in well
-under a second, and a busy one within seconds, so a minute of silence means a stuck server;
-the total caps a request that never completes at two minutes instead of the former 300 s x 5
-attempts (25 minutes) per request. A slow CPU server (llama-cpp-python formats prompt
-log-probabilities at about 50 ms per token, so a 2,048-token context takes minutes) needs
-larger values: ``TRUSTMARGIN_REMOTE_READ_TIMEOUT=600 TRUSTMARGIN_REMOTE_TIMEOUT=1800``.
+model server and Elasticsearch). Each setting is a constructor argument or else the variable
+``<PREFIX>_<NAME>`` (``PREFIX``: ``TRUSTMARGIN_REMOTE`` or ``TRUSTMARGIN_ES``; ``NAME``:
+``CONNECT_TIMEOUT``, ``READ_TIMEOUT``, ``TIMEOUT``, ``RETRIES``). Defaults and why:
+docs/scale_out.md, "Bounded waits", and docs/decisions.md.
 """
 
 from __future__ import annotations

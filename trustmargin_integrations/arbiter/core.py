@@ -1,15 +1,9 @@
 """TrustMargin: the public API (load, answer, arbitrate, prepare) and the scheduling of
-prepared questions into the model calls the engine groups them in (`Backend.batches`).
+prepared questions into the engine's model calls (``Backend.batches``).
 
-Per batch: generate missing candidates (:mod:`.candidates`) -> settle or score
-(:mod:`.plan`) -> margins, rule and Decision (:mod:`.decision`). Preparation (budgets,
-contexts, views) is :mod:`.preparation`.
-
-Score, then decide: no likelihood depends on the rule's numbers, so the policy that turns a
-question's evidence into its Decision is an argument of every call (``policy=``, default
-``config.decision_policy``), and questions under different policies share one batch and one
-model session. A cached Decision replays under any other policy without the model
-(:mod:`trustmargin_integrations.rule.replay`).
+No likelihood depends on the rule's numbers, so the policy is an argument of every call
+(``policy=``, default ``config.decision_policy``) and questions under different policies share
+one batch; a cached Decision replays under any policy (:mod:`trustmargin_integrations.rule.replay`).
 """
 
 from __future__ import annotations

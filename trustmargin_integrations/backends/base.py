@@ -1,28 +1,12 @@
 """The backend protocol: what TrustMargin needs from a language model, and nothing more.
 
-A backend owns the model: it renders prompts with the model's chat template, counts tokens,
-generates greedy continuations of prompts and scores continuations under prompts
-(teacher-forced log-likelihoods). It knows nothing of the method: which prompts to generate,
-which answers to score, how to clean them and how to decide is the arbiter's business
-(:mod:`trustmargin_integrations.arbiter`).
-
-The arbiter works on one batch of questions inside ``with backend.session() as s:``, calling
-``s.generate`` for the missing candidates and then ``s.score`` for the likelihoods. A session
-lets an engine keep state between those two calls: the transformers backend keeps the KV
-caches of generation and branches the scoring off them. :class:`PlainSession` simply forwards
-to the backend's own ``generate`` and ``score_continuations``; that is all a simple engine
-needs (see :class:`~trustmargin_integrations.backends.openai_compat.OpenAICompatBackend`).
-
-Besides those calls a backend declares what it is (:class:`Capabilities`: its kind, its
-model, what else changes its numbers), counts many texts at once (``count_tokens_batch``) and
-groups requests into model calls (``batches``: an engine concern, since padding costs a
-local model and not a server). :class:`EngineDefaults` gives the last two to any engine
-that has no better way; callers read these members, they never probe for them.
-
-``generate`` takes an optional stop predicate on the text decoded so far (:data:`StopPredicate`):
-the caller says when a generation is complete (the arbiter passes the answer policy's
-``answer_complete``); the backend only honours it. :class:`TokenDecoder` is the extra contract
-of a backend that decodes token by token on a local model, which FLARE and CLeHe need.
+A backend renders prompts with the model's chat template, counts tokens, generates greedy
+continuations (honouring an optional :data:`StopPredicate`) and scores continuations
+(teacher-forced log-likelihoods); what to generate, score and decide is the arbiter's. The
+arbiter works inside ``with backend.session() as s:`` (``s.generate`` then ``s.score``);
+:class:`PlainSession` forwards to the backend, :class:`Capabilities` says what it is,
+:class:`EngineDefaults` gives batching and batch counting to any engine, and
+:class:`TokenDecoder` is the token-by-token contract FLARE and CLeHe need.
 """
 
 from __future__ import annotations
@@ -40,8 +24,8 @@ token included); True ends that generation after its newest token. ``None`` in i
 A predicate may carry a ``check_after`` attribute, a string of characters: a promise that it
 can only turn true after a token whose text holds one of them. A token-level decoder then
 tests it only after such tokens (their ids are computed once per tokenizer) instead of
-decoding every row's text at every step. :func:`~trustmargin_integrations.answers.
-answer_complete` carries ``check_after = "\n\r"``.
+decoding every row's text at every step.
+:func:`~trustmargin_integrations.answers.answer_complete` carries ``check_after = "\n\r"``.
 """
 
 

@@ -1,42 +1,10 @@
 """``Fleet``: one Backend over several servers of the same model, several requests in flight each.
 
-A fleet is itself a :class:`~trustmargin_integrations.backends.base.Backend`, so the arbiter,
-the evaluation runner and the adapters use it as they use one server. Every ``generate`` and
-``score_continuations`` request goes on its own to the least busy member that has a free
-slot (at most ``in_flight`` requests per member at once); results come back in the caller's
-order.
-
-Why the results are one server's:
-
-* **Same model, checked.** At construction the members must agree on ``model_id``, the
-  rendered chat template, token counts and the context window (all local, no request); on
-  first use every member scores the same probe continuation, and the likelihoods must agree
-  within ``probe_tolerance``. A member that disagrees is a :class:`~trustmargin_integrations.
-  errors.MixedFleetError` naming both members: which one answered would change the numbers.
-* **Checked again before results leave.** Before a call returns, every member that answered
-  part of it scores the probe again; one whose probe moved past ``probe_tolerance`` from the
-  value the members agreed on (or that went down) is retired with a warning, and its share
-  of the call is computed again on the others (one probe request per member per call). A
-  member that answers the fixed probe honestly and other prompts wrongly is not caught.
-* **Same request, same answer.** Each request is sent to a member exactly as that member
-  would send it on its own (one request per prompt, as a single server's backend does), so
-  a member's answer does not depend on which other requests share the fleet.
-* **Nothing about the fleet is in a result.** ``model_id`` is the members' own, and the
-  fleet has no ``model``, ``device`` or thread count, so every cache key
-  (:func:`~trustmargin_integrations.store.cache_key` through ``model_id`` and the run's
-  settings) is the one a single server gets: a run resumed on another fleet, or on one
-  server, reuses its results.
-
-A member that fails for good mid-run (:class:`~trustmargin_integrations.errors.
-ServerUnavailableError`: down, refusing connections, timing out or answering 429/5xx after
-its transport's own retries and bounded waits) is retired for the life of the fleet, with a
-warning naming it (URL redacted), and its requests go to the other members; the fleet does
-not retry on the same member (the transport already did). When no member is left the call
-raises ServerUnavailableError naming every member and why it was retired; the evaluation's
-result store keeps what finished, so the run resumes. Any other failure (a request the server
-refuses, an answer that fails its checks) is the request's or that server's answers' fault,
-not the server's availability: it stops the call at once, as it would on one server, since
-sending it elsewhere could retire every member for one bad request.
+Each ``generate`` / ``score_continuations`` request goes to the least busy member with a free
+slot (at most ``in_flight`` per member); results come back in the caller's order and are
+one server's (the members are checked to agree on first use and after every call). A member
+that is unavailable for good is retired and its work goes to the others. Why the results are
+one server's, and the limits of the check: docs/decisions.md and docs/scale_out.md.
 """
 
 from __future__ import annotations
@@ -76,13 +44,8 @@ PROBE_MESSAGE = "What is the capital of France?"
 answers the same way twice; its exact wording only has to be fixed)."""
 PROBE_ANSWER = "Paris is the capital of France."
 PROBE_TOLERANCE = 0.05
-"""Largest gap between two members' length-normalized probe likelihoods (nats per token).
-Copies of one model do not always answer to the digit: llama-cpp-python reuses the KV cache
-of its previous prompt's common prefix and evaluates the rest in another batch split, which
-moved the probe by 0.011 between two servers of one GGUF (0.0 with ``--n_batch 1``). The same
-file served with another RoPE base moved it by 0.19; another model moves it more. The same
-weights in another quantization (Q4_1 vs fp32: 0.015 on average, docs/scale_out.md) pass,
-as their decisions agree within the tolerance the remote tests hold them to."""
+"""Largest gap between two members' length-normalized probe likelihoods (nats per token);
+the measured gaps it sits between: docs/decisions.md, "A fleet's results are one server's"."""
 
 
 def member_name(member: Backend, index: int) -> str:

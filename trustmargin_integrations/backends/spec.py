@@ -1,22 +1,11 @@
 """Backend specs: the one text form that names an engine and its model.
 
-``--backend`` on every command, ``TrustMargin.from_pretrained(...)`` and
-:func:`~trustmargin_integrations.backends.loading.load_backend` all take a spec:
-
-- ``hf:MODEL``, or ``MODEL`` alone: the local transformers backend on a named model
-  (``smollm2-135m``), a model directory, a ``.gguf`` file or a Hugging Face id;
-- ``openai:URL#MODEL``: an OpenAI-compatible server (vLLM, llama.cpp) at ``URL`` serving
-  ``MODEL``, whose tokenizer is also loaded from ``MODEL`` (it must then be a named model,
-  a directory, a ``.gguf`` file or a Hugging Face id); ``openai:URL#model=NAME&tokenizer=SRC``
-  names a tokenizer apart from the served name.
-
-The served model name is part of the spec, not asked of the server: it is part of every cache
-key and of the model id every Decision records, so a run must know it before its first
-request (``GET URL/v1/models`` lists what a server serves).
-
-The older options are shorthands of a spec (:meth:`BackendSpec.from_shorthand`):
-``--model M`` is ``hf:M``; ``--remote-url U [--remote-model R] --model M`` is
-``openai:U#model=R&tokenizer=M`` (R defaults to M).
+``--backend``, ``TrustMargin.from_pretrained(...)`` and
+:func:`~trustmargin_integrations.backends.loading.load_backend` take a spec: ``hf:MODEL`` (or
+``MODEL``) for the local transformers backend, ``openai:URL#MODEL`` or
+``openai:URL#model=NAME&tokenizer=SRC`` for an OpenAI-compatible server. ``--model M`` and
+``--remote-url U [--remote-model R]`` are shorthands (:meth:`BackendSpec.from_shorthand`).
+Why the served name is part of the spec: docs/decisions.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Your chain's two answers to each labeled question, for ``trustmargin check --chain``.
 
-The chain (a LangChain Runnable or a LlamaIndex query engine) is run as TrustMargin's own
-adapters run it, with nothing scored: as deployed (the RAG side, its retrieved passages
-recorded) and closed-book (LangChain: the drop-in's copy of the chain whose retriever answers
-no documents; LlamaIndex: the engine's own LLM asked the question alone, as
-``TrustMarginQueryEngine`` asks it). Answers go to a resumable store in the run directory
-(:func:`~trustmargin_integrations.resumable.run_chunks`, one durable chunk at a time, with a
-progress bar), so a rerun after a crash runs the chain only on the questions not yet
-answered; then the labeled records with ``direct_answer``, ``rag_answer`` and ``passages``
-are written for the domain check to read.
+The chain (a LangChain Runnable or a LlamaIndex query engine) is run as the adapters run it,
+with nothing scored: as deployed (RAG, passages recorded) and closed-book. Answers go to a
+resumable store in the run directory, so a rerun answers only what is missing; then the
+labeled records with ``direct_answer``, ``rag_answer`` and ``passages`` are written.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """Paired bootstrap confidence intervals over questions.
 
-Every method of a table chooses between the same two cached candidates of the same questions,
-so methods are compared *paired*: each resample draws question indices with replacement
-(``numpy.random.default_rng(seed)``) and every method, and every difference between two
-methods, is averaged over the *same* drawn questions. Reported per method: the mean x100 and
-a percentile interval (95% by default); per difference ``a - b``: the observed mean difference,
-its paired percentile interval and the share of resamples in which it is above zero.
-
-Several groups (datasets) are resampled independently, each within itself, and the statistic
-is the arithmetic mean of the per-group means: the paper's "Average" column.
-
-With fewer than :data:`SMALL_SAMPLE` questions the intervals are wide and the percentile
-method is itself approximate; :meth:`Bootstrap.note` says so.
+Every method is averaged over the *same* resampled questions (``numpy.random.default_rng(seed)``):
+per method the mean x100 and a percentile interval (95% by default), per difference ``a - b``
+its paired interval and the share of resamples above zero. Several datasets are resampled
+each within itself and averaged (the paper's "Average"). Below :data:`SMALL_SAMPLE`
+questions :meth:`Bootstrap.note` warns that the intervals are approximate.
 """
 
 from __future__ import annotations

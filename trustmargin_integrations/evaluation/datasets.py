@@ -1,19 +1,10 @@
 """Benchmark loaders: local files by path, and documented downloaders for online machines.
 
-Two local formats are understood (JSON lists, or JSONL files of the same records):
-
-* question sets ``{test_id, question, answer}`` (``answer``: a string or a list of aliases),
-  e.g. the paper's 1000-question 2WikiMultihopQA / ComplexWebQuestions dev files;
-* question sets with precomputed passages ``{test_id, question, answer, passages[, type]}``,
-  e.g. PRAG's BM25 top-3 DPR-wiki passages.
-
-Named datasets (``cwq``, ``2wiki``, ``hotpotqa``) resolve to those files under a data directory
-laid out as ``trustmargin/``, ``prag/`` and ``hipporag/`` (see :data:`NAMED_DATASETS`). Data is
-always read from where it lies; nothing is copied.
-
-The ``download_*`` functions fetch the same files (or the official releases) over HTTPS with
-``httpx`` when a machine is online. They are written and documented but were not run in the
-development sandbox, which has no internet access.
+Local files are JSON lists or JSONL of ``{test_id, question, answer}`` records, optionally
+with precomputed ``passages`` (and ``type``). Named datasets (``cwq``, ``2wiki``,
+``hotpotqa``) resolve to files under a data directory (:data:`NAMED_DATASETS`); data is read
+where it lies. The ``download_*`` functions fetch the same files over HTTPS (untested here:
+docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -235,7 +226,7 @@ def _langsmith_record(record: Any, where: str) -> Any:
     unread = [k for k in outputs if k != answer_key and k not in CHAIN_FIELDS]
     if answer_key is not None and unread:
         # Never fitted on without them: an answer under a name we do not read would leave
-        # the check on the scorer's own answers, saying nothing (issue 34).
+        # the check on the scorer's own answers, saying nothing.
         raise InvalidInputError(f"{where}.outputs.{unread[0]}", "is not read: the gold "
                                 f"answer is read from outputs.{answer_key} and your chain's "
                                 "answers from direct_answer and rag_answer",

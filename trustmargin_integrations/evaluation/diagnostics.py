@@ -1,14 +1,8 @@
 """Tables and diagnostics replayed from cached Decisions (no model calls).
 
-Every method of the paper's tables chooses between the same two cached candidates, so it is a
-pure function of the cached likelihoods:
-
-* ``direct`` / ``rag``: always one source;
-* ``trustmargin``, ``no_prior`` (w/o M_prior), ``no_bind`` (w/o M_bind): the rule of
-  :mod:`trustmargin_integrations.rule`, replayed by ``rule.replay.replay``;
-* ``oracle``: the better candidate by the gold answer (max F1, max EM).
-
-Dataset averages follow the paper: the arithmetic mean of the per-dataset numbers.
+The methods of the paper's tables (``direct``, ``rag``, ``trustmargin``, the ablations
+``no_prior`` / ``no_bind``, ``oracle``) are pure functions of the cached likelihoods; dataset
+averages are the mean of the per-dataset numbers, as in the paper.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """Distinct questions: what the domain check and the calibration count.
 
-A labeled set that holds one question several times (an export that repeats rows, the same
-question under another id) is not more evidence: every copy has the same candidates and the
-same margins, so repeating six questions a thousand times turns "not significant" into a
-narrow, "significant" interval, and copies dealt to different folds let a fit be scored on
-a question it was fitted on. ``trustmargin check`` and ``trustmargin calibrate`` therefore
-count each distinct question once: later copies are collapsed into the first (with a
-warning naming them) before anything is split, fitted or resampled, so a question can never
-sit on both sides of a fold or of the hold-out split.
-
-Two questions are the same when their texts are equal after :func:`question_key`: Unicode
-compatibility forms unified (NFKC), case folded, invisible format characters removed,
-whitespace runs collapsed and punctuation at either end dropped. Punctuation inside the
-text is kept, so "What is 5-3?" and "What is 5+3?" stay two questions.
+``trustmargin check`` and ``trustmargin calibrate`` count each distinct question once: later
+copies are collapsed into the first (with a warning) before anything is split, fitted or
+resampled. Two questions are the same when equal after :func:`question_key` (NFKC, case
+folded, format characters removed, whitespace collapsed, punctuation at either end dropped).
+Why: docs/decisions.md.
 """
 
 from __future__ import annotations

@@ -39,16 +39,8 @@ from trustmargin_integrations.evaluation.rule_fit import Objective, assign_folds
 from trustmargin_integrations.rule import Policy
 
 ENOUGH_QUESTIONS = SMALL_SAMPLE
-"""Labeled questions per dataset below which the check warns that its choice is unreliable.
-
-Measured so far (benchmarks/policy_curves.py, 200 seeds) only on SmolLM2-135M's first 104
-CWQ questions, where no policy beats plain RAG by more than 0.5 F1: from 25 labeled
-questions on, the choice fell below plain RAG on the rest in 3-6% of seeds, by 0.35-0.5 F1
-on average, so the check is safe that early; but a gain of the size the paper reports
-(1-4 F1) is not detectable with a 95% interval below about 100 questions (its interval is
-+-3 to +-7 F1 there), so below 100 the check can only say "use RAG". That is the project's
-small-sample line for intervals too (:data:`~.bootstrap.SMALL_SAMPLE`); re-measure it on
-complete runs of every dataset before quoting it as the number a user needs."""
+"""Labeled questions per dataset below which the check warns that its choice is unreliable
+(the bootstrap's :data:`~.bootstrap.SMALL_SAMPLE`; why 100: docs/decisions.md)."""
 
 
 class Estimate(BaseModel):

@@ -1,20 +1,11 @@
 """How many labeled questions the domain check needs: learning curves by subsampling.
 
-For one dataset, a sample of ``size`` labeled questions is drawn (seeded, without
-replacement); :func:`~.policy_selection.select_policy` runs on that sample alone and the policy it
-chooses is scored on the *rest* of the dataset, the questions a user would go on to answer.
-Over many seeds each row reports, on the rest (x100):
-
-* ``chosen``: the chosen policy's objective;
-* ``regret``: the best candidate in hindsight minus the chosen one; the candidates are the
-  six policies as fitted on the sample (what the selection could have picked), so the regret
-  is the cost of the choice alone, never negative;
-* ``worse_than_single``: the share of seeds whose choice scores below the better single
-  source on the rest, and ``versus_single`` the mean of chosen minus that better source;
-  ``worse_than_rag`` the share below plain RAG (the failure the check exists to prevent);
-* the paper's rule, always-RAG, always-Direct and the hindsight best, for reference.
-
-Everything is array replay of cached decisions, so hundreds of seeds take seconds.
+For each seed a sample of ``size`` labeled questions is drawn,
+:func:`~.policy_selection.select_policy` chooses on it and the choice is scored on the rest of
+the dataset (x100): ``chosen``, ``regret`` (hindsight best of the six fitted candidates minus
+the choice), ``worse_than_single`` / ``versus_single``, ``worse_than_rag``, and the paper's
+rule, always-RAG, always-Direct and the hindsight best for reference. Array replay of cached
+decisions: hundreds of seeds take seconds.
 """
 
 from __future__ import annotations

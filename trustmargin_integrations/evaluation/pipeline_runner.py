@@ -1,20 +1,11 @@
 """TrustMargin on top of other RAG pipelines (the paper's complementarity table), resumable.
 
-For every evaluated question the main run already holds the Direct answer and BM25-RAG. Each
-extra pipeline (IRCoT, FLARE, CLeHe-RAG, DTR-RAG; :mod:`trustmargin_integrations.pipelines`)
-answers the question on the same model; its answer becomes the RAG-side candidate and is
-arbitrated against the *same* Direct answer over the *same* top-k passages the BM25-RAG
-decision was scored with (the paper's appendix: "TrustMargin evaluates each candidate against
-the same BM25 passage pool"), so every pipeline's margins are on one scale. The pipeline's
-trace (steps, queries, passages) is stored in the Decision's ``metadata["pipeline"]``.
-
-Results go to the run's cache under a key of (model, prompts, question, passages, Direct
-answer, settings, pipeline name and parameters), a batch at a time, so a crash loses at most
-the batch in flight.
-
-The pipelines retrieve with their own queries, so they need a searchable corpus: by default
-a BM25 index over every passage the dataset ships (with PRAG's data: the top-3 DPR-wiki
-passages of all of its questions), or any corpus file given.
+Each extra pipeline (IRCoT, FLARE, CLeHe-RAG, DTR-RAG) answers every evaluated question on
+the same model; its answer is arbitrated as the RAG candidate against the main run's Direct
+answer over the same top-k passages the BM25-RAG decision was scored with (why:
+docs/decisions.md), its trace stored under the Decision's ``metadata["pipeline"]``. Results are
+cached a batch at a time. The pipelines search the dataset's shipped passages as a BM25 corpus
+by default, or any corpus file given.
 """
 
 from __future__ import annotations

@@ -1,48 +1,10 @@
 """Choosing a decision policy from a domain's labeled questions (cached decisions, no model).
 
-The candidates are the six :data:`POLICY_KINDS` (candidate names: ``paper`` and ``fitted`` are
-both the policy ``rule``, at the paper's and at fitted numbers): the paper's
-rule (0.5, -1.5), the rule with lambda_bind and tau fitted on the grid of
-:class:`~.rule_fit.Problem`, ``M_bind > tau`` and ``M_prior > tau`` with tau fitted on the
-same tau grid, always-RAG and always-Direct. The objective is the project's: mean F1 (or EM,
-or ``contains``: a gold answer stated in the text, for chat and long-form answers), with
-several datasets the mean of the per-dataset means.
-
-:func:`select_policy` makes the choice on some questions ``L``:
-
-1. k-fold cross-validation on ``L`` (stratified by dataset, seeded: ``assign_folds``): every
-   candidate is fitted on k-1 folds and replayed on the held-out fold, so each candidate has
-   one held-out score per question of ``L``;
-2. ``R`` = the best margin rule by that score (ties keep the simpler one, in
-   :data:`RULE_KINDS` order);
-3. a paired bootstrap (grouped by dataset) of the held-out scores gives 95% intervals of
-   ``Direct - RAG`` and of ``R - S``;
-4. the fallback ``S`` is plain RAG unless always-Direct beats it significantly (the lower
-   bound of ``Direct - RAG`` above 0): a RAG system is what the user runs today, so leaving
-   it for the closed-book answer needs the same evidence as leaving it for the rule (picking
-   the better single source by its point estimate flips to Direct on noise: measured on
-   SmolLM2's CWQ, where the two are 1 F1 apart);
-5. the decision (:data:`DEFAULT_CRITERION`, ``"superior"``): keep ``R`` only when the lower
-   bound of ``R - S`` is above 0, that is when its cross-validated advantage over the
-   fallback is significant; otherwise ``S``.
-
-Why that criterion, and not "keep the rule unless it is significantly worse" (``high >= 0``,
-``"noninferior"``) or the point estimate (``mean > 0``, ``"point"``):
-
-* the burden of proof lies on the rule. The single source is what the user would run anyway
-  (plain RAG), costs no scoring pass, and cannot be made worse by a choice; the rule earns its
-  place only with evidence;
-* ``R`` is the best of four rules by the very scores compared, so ``R - S`` is biased upward;
-  asking for a positive lower bound absorbs that optimism where the weaker tests do not;
-* measured (:mod:`.learning_curve`, ``benchmarks/policy_curves.py``, 200 seeds, SmolLM2's
-  first 104 CWQ questions, where no policy is more than 0.5 F1 from plain RAG): choosing on
-  25-50 labeled questions, ``"superior"`` scored below plain RAG on the other questions in
-  3-6% of seeds, ``"noninferior"`` in 58-66% and ``"point"`` in 44-50%; the weaker tests
-  keep a rule that fitted noise.
-
-Each candidate's final numbers are fitted on all of ``L``. How well the whole procedure does
-on unseen questions is estimated one level up, by nested cross-validation
-(:mod:`.domain_check`).
+:func:`select_policy` cross-validates the six :data:`POLICY_KINDS` on the labeled questions,
+takes the best margin rule ``R`` and the fallback ``S`` (plain RAG unless always-Direct beats
+it significantly), and keeps ``R`` only when the paired-bootstrap lower bound of ``R - S`` is
+above 0 (:data:`DEFAULT_CRITERION`). Why that criterion, with its measured failure rates:
+docs/decisions.md, "Policy selection: the rule must beat the fallback significantly".
 """
 
 from __future__ import annotations

@@ -1,34 +1,11 @@
 """Calibrating lambda_bind and tau on an eval run's cached Decisions (no model calls).
 
-The rule stays the paper's (two margins, one threshold: RAG iff
-``M_prior + lambda_bind * M_bind > tau``); only its two numbers are fitted, by maximizing the
-mean F1 (or EM, or ``contains``: a gold answer stated in the text) of the replayed choices
-(``rule.replay.replay(decision, lambda_bind=..., tau=...)``) over a grid:
-
-* lambdas :data:`LAMBDAS` = 0, 0.1, ..., 2.0; taus :data:`TAUS` = -5, -4.95, ..., 3 (a 0.05
-  grid). Both contain the paper's defaults (0.5, -1.5).
-* With several datasets the objective is the paper's "Average": the mean of the per-dataset
-  means, so every dataset weighs the same.
-* Ties (within 1e-9) go to the cell nearest the defaults (smallest
-  ``|lambda - 0.5| + |tau + 1.5|``), then to the smaller lambda, then the smaller tau: with no
-  evidence against them, the defaults stay.
-
-Every choice is made by the one rule (:class:`~trustmargin_integrations.rule.Rule`); the table of
-choices over the grid is built once per run and reused by every fold.
-
-:func:`cross_validate` estimates what calibration buys on unseen questions: k folds stratified
-by dataset (seeded shuffle), a fit on k-1 folds scores the held-out fold, and the pooled
-held-out predictions of the calibrated rule, the default rule, Direct and RAG are compared
-with paired bootstrap intervals. :func:`~.calibrate_command.calibrate_run` then fits on all
-questions and builds a :class:`~trustmargin_integrations.calibration_file.Calibration`, the JSON
-file ``TrustMargin.from_pretrained(..., calibration=path)`` loads (the file model lives in
-:mod:`trustmargin_integrations.calibration_file`, beside the arbiter that loads it).
-
-With ``holdout`` > 0 a seeded, dataset-stratified share of the questions is set aside first:
-the fit (and its cross-validation) sees only the rest, the file lists the ids it was fitted
-on, and the held-out questions measure the fitted rule against the defaults, Direct and RAG.
-That is how the calibrations shipped for named models (``calibration="shipped"``) were made,
-so that an evaluation can be reported on questions the fit never saw.
+The rule stays the paper's (RAG iff ``M_prior + lambda_bind * M_bind > tau``); its two numbers
+are fitted over the grid :data:`LAMBDAS` x :data:`TAUS` by the mean F1 (or EM, or
+``contains``) of the replayed choices, per-dataset means averaged, ties going to the cell
+nearest the paper's (0.5, -1.5). :func:`cross_validate` estimates what the fit buys on unseen
+questions; ``holdout`` sets a share aside first (how the shipped calibrations were made).
+The grid and tie rule's reasons: docs/decisions.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """The resumable evaluation loop: examples -> passages -> TrustMargin (cached) -> records.
 
-One pass computes everything the paper's tables need, per example and once: the Direct and
-RAG candidates, the six log-likelihoods and timings, all inside the :class:`Decision` that
-``TrustMargin.arbitrate_batch`` returns. Each finished batch is appended to a
-:class:`~.store.ResultStore` before the next starts, so a killed run resumes where it stopped.
-Every method of the tables (Direct, BM25-RAG, TrustMargin, both ablations, the oracle) and the
-lambda x tau grid are then replayed from those cached records without the model.
-
-Passages come from one of three sources: the passages shipped with a dataset
-(:class:`PrecomputedPassages`), the embedded BM25 index, or any object with
-``search(query, k) -> list[Passage]`` such as an Elasticsearch retriever
-(both through :class:`RetrieverPassages`).
+One pass stores each example's Decision (both candidates, the six log-likelihoods, timings)
+a batch at a time in a :class:`~.store.ResultStore`; every method of the tables and the
+lambda x tau grid are replayed from it without the model. Passages come from the dataset
+(:class:`PrecomputedPassages`) or any retriever (:class:`RetrieverPassages`).
 """
 
 from __future__ import annotations

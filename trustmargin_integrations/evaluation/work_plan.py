@@ -1,14 +1,9 @@
 """Long work states its plan first: how many questions and batches, and how long they take.
 
-``trustmargin check`` on a labeled file answers and scores every question; 10,000 of them on
-a CPU run for about 13 hours, which the progress bar showed only after the first batch. Here:
-
-* :func:`require_consent`, before any model loads: a run of more than
-  :data:`LARGE_RUN_QUESTIONS` questions needs ``--yes`` or ``--limit N``; a run that cannot ask
-  (stdin is not a terminal) is refused, naming both options.
-* :func:`probe_plan`, once the model is loaded: the first batch is answered and scored as a
-  probe (into the run's cache, so its work is kept) and timed; the plan line gives the
-  questions, the batches and the time the rest takes at the probe's pace.
+:func:`require_consent` (before any model loads): more than :data:`LARGE_RUN_QUESTIONS`
+questions need ``--yes`` or ``--limit N``, and a run that cannot ask is refused.
+:func:`probe_plan` (once the model is loaded) times the first batch as a probe, keeping its
+work, and prints the questions, batches and time left. Why: docs/decisions.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """The drop-in: TrustMargin inserted into a user's RAG chain by one call.
 
-:func:`with_trustmargin` takes the user's chain (or its parts) and returns a
-:class:`TrustMarginChain` with the same input schema and the same output type. It runs the
-user's chain twice, concurrently, as the user built it: once as it is (the RAG side; its
-retriever's documents are recorded for the scorer) and once with the retriever answering no
-documents, so the user's own formatter and prompt give the closed-book answer (the Direct side;
-or the user's ``closed_book_prompt``). TrustMargin scores both answers and the chain returns the
-kept side's output: a string, an ``AIMessage``, or a dict with the chosen side's value at every
-key (the ``.assign(answer=...)`` "with sources" shape).
+:func:`with_trustmargin` returns a :class:`TrustMarginChain` with the chain's own input schema
+and output type: it runs the chain as built (RAG) and with a retriever that answers no
+documents (closed-book, or the user's ``closed_book_prompt``), concurrently, and returns the
+kept side's output.
 """
 
 from __future__ import annotations

@@ -263,7 +263,7 @@ class TrustMarginRouter(TypedFields, RunnableSerializable[TrustMarginInput, "Dec
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
                ) -> Any:
         """Arbitrate one input dict (as a LangGraph node: the graph's state, see
-        :meth:`_node`)."""
+        :meth:`node_step`)."""
         if runs_as_node(input, config):
             return self.node_step(input, cast("RunnableConfig", config))
         return self._call_with_config(self._route_one, input, config, run_type="chain")

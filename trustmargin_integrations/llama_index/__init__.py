@@ -1,51 +1,12 @@
-"""LlamaIndex adapter: a query-engine wrapper, a retrieval-to-decision engine, a response-level
-arbiter, a retriever over any project retriever, and a local LLM.
+"""LlamaIndex adapter: TrustMargin behind LlamaIndex's query engines, chat engines and retrievers.
 
-- :class:`TrustMarginQueryEngine` wraps any query engine: the inner engine gives the RAG answer
-  and its source nodes, an LLM answers closed-book, the core arbitrates.
-- :class:`TrustMarginChatEngine` wraps a ``ContextChatEngine`` / ``CondensePlusContextChatEngine``
-  per turn: the engine gives the RAG answer, its LLM answers closed-book (the same chat
-  without retrieval), the kept answer is returned, streamed and remembered.
-- :class:`TrustMarginRetrieverQueryEngine` is the core's own pipeline (``tm.answer``) behind a
-  query engine: retrieve, let the scorer model answer both ways, arbitrate.
-- :class:`TrustMarginArbiter` arbitrates two answers you already have.
-- :class:`PassageRetriever` turns any project retriever (``BM25Index``,
-  ``ElasticsearchRetriever``, anything with ``search(query, k)``) into a LlamaIndex retriever.
-- :class:`LocalLlamaIndexLLM` is a LlamaIndex chat LLM on a project backend (until EOS, streamed).
-- :class:`PipelineQueryEngine` runs a project pipeline (IRCoT, FLARE, CLeHe-RAG, DTR-RAG) as
-  a query engine, and :func:`build_flare_engine` sets LlamaIndex's
-  ``FLAREInstructQueryEngine`` up for a small local model; ``TrustMarginQueryEngine``'s
-  ``evidence`` option scores such multi-step answers against the question's own passages.
-
-There is deliberately no node postprocessor: LlamaIndex node postprocessors run before
-synthesis and never see an answer, while TrustMargin decides between two *answers*.
-
-Every decision is the core's (:class:`~trustmargin_integrations.arbiter.TrustMargin`):
-validation, answer cleaning, context budgeting and scoring are not re-implemented here. Each one
-is returned under ``Response.metadata["trustmargin"]`` and dispatched as a
-:class:`TrustMarginDecisionEvent` on LlamaIndex's instrumentation bus.
-
-The scorer is the arbiter's own local model. When the inner engine answers with another LLM,
-the margins say how the scorer model judges those answers (does its memory accept the RAG
-answer, do the passages bind it to the question), not how the generating LLM would; the
-paper's ``tau = -1.5`` is calibrated for same-model candidates, so re-check it on your data.
-
-One module per framework role:
-
-- ``nodes``: node <-> :class:`~trustmargin_integrations.schema.Passage`;
-- ``responses``: reading whole answers from LlamaIndex's response types;
-- ``arbiter``: :class:`TrustMarginArbiter`, :class:`TrustMarginDecisionEvent` and the
-  :class:`DecisionRecord` responses carry;
-- ``query_engine``: :class:`TrustMarginQueryEngine`;
-- ``chat_engine``: :class:`TrustMarginChatEngine`;
-- ``retriever_engine``: :class:`TrustMarginRetrieverQueryEngine`;
-- ``pipeline_engine``: :class:`PipelineQueryEngine`;
-- ``retrieval``: :class:`PassageRetriever` and the wrapper's evidence sources;
-- ``llms``: :class:`LocalLlamaIndexLLM`;
-- ``question_gen``: :class:`LocalQuestionGenerator`, sub-questions for LlamaIndex's
-  ``SubQuestionQueryEngine`` from the local model;
-- ``tracing``: the collector behind ``TrustMarginQueryEngine(trace=True)``;
-- ``flare``: :func:`build_flare_engine` and its two output parsers.
+Exports :class:`TrustMarginQueryEngine` (wraps any query engine), :class:`TrustMarginChatEngine`
+(a context chat engine, arbitrated per turn), :class:`TrustMarginRetrieverQueryEngine` (the
+core's own retrieve-answer-decide), :class:`TrustMarginArbiter` (two answers you already have),
+:class:`PassageRetriever`, :class:`LocalLlamaIndexLLM`, :class:`PipelineQueryEngine` and
+:func:`build_flare_engine`. Every decision is the core's, returned under
+``Response.metadata["trustmargin"]``; docs/llamaindex.md shows their use and
+docs/decisions.md why there is no node postprocessor and what the scorer's margins mean.
 """
 
 from trustmargin_integrations.llama_index.arbiter import (

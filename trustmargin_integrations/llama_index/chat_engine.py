@@ -1,12 +1,9 @@
 """The chat-engine wrapper: a LlamaIndex ``ContextChatEngine`` or
 ``CondensePlusContextChatEngine``, arbitrated turn by turn.
 
-The RAG side is the user's engine as it is (retrieval, context in the system prompt, its
-memory). The closed-book side is *the same chat without retrieval*: the engine's own LLM
-given the engine's system prompt (its prefix messages), the conversation so far and the
-user's message, with no context. (Running the engine with an empty retriever would not do:
-LlamaIndex's synthesizer answers "Empty Response" to no nodes without calling the LLM.)
-After each turn the engine's memory holds the user's message and the *kept* answer.
+The RAG side is the user's engine; the closed-book side is the same chat without retrieval
+(the engine's LLM, system prompt and history; why not an empty retriever:
+docs/decisions.md). The engine's memory keeps the *kept* answer.
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ def build_flare_engine(
 
     Three parts are swapped (each can still be passed in ``kwargs``), nothing else:
 
-    - ``query_task_output_parser``: :class:`SearchTagOutputParser` (stray brackets no longer
+    - ``query_task_output_parser``: :class:`SearchTagOutputParser` (stray brackets do not
       raise);
     - ``done_output_parser``: :class:`SearchOrDoneOutputParser` (the word "done", or a
       sentence without a search, ends the answer);

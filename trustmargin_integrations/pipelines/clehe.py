@@ -1,27 +1,12 @@
 """CLeHe: entropy-based decoding for retrieval-augmented generation (Qiu et al., 2025).
 
-The paper under reproduction calls it CLeHe-RAG. One answer is decoded greedily and jointly
-over ``k + 1`` prompts: one per retrieved passage (the paper's question+context prompt with
-that single passage) and the question-only prompt. At every step:
-
-1. document ensemble: ``p_j`` is passage prompt ``j``'s next-token distribution and ``H_j``
-   its entropy; ``w = softmax(-H / temperature)`` favours the confident (low-entropy)
-   passages, and ``p_ens = sum_j w_j p_j``;
-2. contrast with internal knowledge: for the question-only prompt, every intermediate layer
-   from ``layer_start`` (a fraction of the depth) up to, but excluding, the last one is read
-   out through the final norm and the LM head; the layer whose distribution ``q_L`` has the
-   highest entropy is the least settled parametric guess;
-3. the next token is ``argmax(log p_ens - beta * log q_L)`` over the plausible tokens, those
-   with ``p_ens >= plausibility * max p_ens``.
-
-The plausibility constraint is the usual guard of contrastive decoding (Li et al., 2023;
-also DoLa): without it the contrast term, whose log-probabilities span tens of nats, lifts
-tokens the ensemble itself finds absurd (measured: SmolLM2 answers garbage such as
-``####comings:||`` on the demo questions). ``plausibility=0`` turns it off.
-
-With ``beta = 0`` and a single passage this is exactly greedy decoding of that passage's
-prompt. Decoding stops at EOS, once the first answer line is complete (as the backend's own
-greedy decoding does), or after ``max_new_tokens``.
+One answer is decoded greedily and jointly over ``k + 1`` prompts (one per passage, plus the
+question alone): each step takes ``argmax(log p_ens - beta * log q_L)`` over the plausible
+tokens, where ``p_ens`` is the passages' distributions weighted by ``softmax(-H /
+temperature)`` and ``q_L`` the highest-entropy intermediate layer of the question-only prompt
+(from ``layer_start``); plausible means ``p_ens >= plausibility * max p_ens``
+(``plausibility=0`` turns it off; why it is on: docs/decisions.md). With ``beta = 0`` and
+one passage this is greedy decoding of that passage's prompt.
 """
 
 from __future__ import annotations

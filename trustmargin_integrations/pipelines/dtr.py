@@ -1,18 +1,10 @@
 """DTR-RAG: decide whether to retrieve, then retrieve along two paths (Chen et al., 2026).
 
-1. Decide: generate the Direct answer with the paper's question-only prompt and compute its
-   mean token negative log-likelihood (NLL) under that prompt. At or below ``threshold`` the
-   model is confident: the Direct answer is returned without retrieval.
-2. Otherwise retrieve along two paths: ``k`` passages for the question and ``k`` for a
-   pseudo-passage the model writes to answer it, merged by reciprocal rank fusion (RRF),
-   deduplicated by id and cut to ``k``.
-3. Answer with the paper's question+context prompt over the merged passages.
-
-Why RRF and not a score merge: the original DTR merges dense-retriever cosine similarities,
-which lie on one scale whatever the query. BM25 scores do not: they grow with the query's
-length and term rarity, so a long pseudo-passage query scores every hit far higher than the
-short question does, and a merge by raw score would simply keep the pseudo-passage list.
-RRF uses only the ranks (``sum 1 / (60 + rank)``), which are comparable across queries.
+The Direct answer is returned without retrieval when its mean token NLL under the
+question-only prompt is at most ``threshold``; otherwise ``k`` passages for the question and
+``k`` for a pseudo-passage the model writes are merged by reciprocal rank fusion, deduplicated
+by id and cut to ``k``, and the question+context prompt answers over them. Why RRF and not a
+score merge: docs/decisions.md.
 """
 
 from __future__ import annotations

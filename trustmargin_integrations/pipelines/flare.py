@@ -1,17 +1,10 @@
 """FLARE-direct: active retrieval triggered by low token probabilities (Jiang et al., 2023).
 
-Retrieve ``k`` passages with the question. Then, sentence by sentence (at most
-``max_steps``): generate a look-ahead sentence with the paper's question+context prompt over
-the current passages and the answer so far; if any of its tokens has probability below
-``theta``, search again with the question plus the sentence whose tokens below
-``mask_threshold`` are masked out (FLARE's masked-query variant), replace the passages and
-regenerate the sentence, which is then kept; otherwise keep the look-ahead sentence. Stop
-after an empty sentence, at EOS, at the end of the answer line, or after ``max_steps``.
-
-Token probabilities come from one plain forward pass over prompt + answer so far + sentence
-(the same token ids greedy decoding produced, so nothing is re-tokenized). Decoding and the
-probabilities go through the backend's public token-level API
-(:class:`~trustmargin_integrations.backends.base.TokenDecoder`).
+Retrieve ``k`` passages with the question; then, sentence by sentence (at most
+``max_steps``), generate a look-ahead sentence and, if any of its tokens has probability below
+``theta``, search again with the question plus the sentence (tokens below ``mask_threshold``
+masked out), replace the passages and regenerate it. Decoding and probabilities go through
+:class:`~trustmargin_integrations.backends.base.TokenDecoder`.
 """
 
 from __future__ import annotations

@@ -51,11 +51,9 @@ def _without(modules: Sequence[str]) -> Iterator[None]:
 def _load_bm25s() -> ModuleType:
     """Import bm25s without letting it start JAX.
 
-    When JAX is installed, bm25s runs a ``jax.lax.top_k`` at import time; on a GPU machine
-    that starts XLA, which preallocates 75% of the GPU's memory for a CPU-side index (60 of
-    80 GB measured on an H100, leaving the model out of memory). BM25 top-k on numpy is
-    what we want anyway. An application that uses JAX itself keeps its own modules: they are
-    hidden only while bm25s is imported.
+    With JAX installed, importing bm25s would start XLA and take most of a GPU's memory
+    (docs/decisions.md); BM25 top-k on numpy is what we want anyway. An application that
+    uses JAX itself keeps its own modules: they are hidden only while bm25s is imported.
     """
     if "bm25s" in sys.modules:
         return sys.modules["bm25s"]

@@ -1,15 +1,9 @@
 """The decision rule of TrustMargin (Section 3 of the paper): pure arithmetic, no model, no
 records.
 
-* :mod:`.verdict`: the named records the rule reads and writes (:class:`MarginPair`,
-  :class:`Margins`, :class:`Verdict`), :func:`compute_margins` and the paper's numbers;
-* :mod:`.settled`: questions decided before scoring (no evidence, blank or agreeing answers);
-* :mod:`.policies`: the policies, one class each, registered by name (the one vocabulary of
-  config, calibration files, CLI and records), and :meth:`Policy.decide`, the one executor of
-  the rule (its vectorised form: :meth:`Policy.keeps_rag`);
-* :mod:`.replay`: a recorded Decision replayed under any policy (``replay``,
-  ``replay_winner``, ``replay_answer``, ``kept_rag``), read through a protocol: the records
-  never import the rule and carry no rule of their own.
+:mod:`.verdict` (the rule's records and :func:`compute_margins`), :mod:`.settled` (questions
+decided before scoring), :mod:`.policies` (the policies and :meth:`Policy.decide`) and
+:mod:`.replay` (a recorded Decision replayed under any policy).
 """
 
 from trustmargin_integrations.rule.policies import (

@@ -1,28 +1,12 @@
 """Decision policies: who turns a scored question's margins into a verdict.
 
-Each policy is one class here; defining it registers its name (:data:`POLICIES`), which is
-the one vocabulary read by the config (``TrustMarginConfig.policy``), calibration files, the
-CLI and the Decision records. Old names still load, mapped in :data:`LEGACY_NAMES`.
-
-The rule with several RAG-side candidates (say the answers of BM25-RAG, IRCoT and DTR), for
-every margin policy:
-
-    For each RAG candidate i the policy combines its margins against Direct into ``M_i``
-    (the paper's rule: ``M_i = M_prior,i + lambda_bind * M_bind,i``). Keep Direct unless
-    ``max_i M_i > tau``; otherwise keep the candidate with the largest ``M_i`` (a tie keeps
-    the earlier candidate in the caller's list).
-
-Why: each ``M_i`` is the pairwise evidence that candidate i should override Direct, on one
-scale and against one threshold, so ``tau`` keeps the paper's meaning (Direct is the default
-and is overridden sparsely). And since every margin is a difference of per-answer terms,
-``M_i - M_j`` is exactly the margin of candidate i over candidate j computed directly (the
-Direct terms cancel): the candidate with the largest ``M_i`` is the one that beats every
-other candidate pairwise. With one candidate the rule is the pairwise rule, term for term.
-
-:meth:`Policy.decide` is the one executor of that rule (the argmax and :func:`exceeds`, the
-``M > tau`` comparison); :meth:`Policy.keeps_rag` is its vectorised form over numpy arrays of
-pairwise margins (replay of cached runs, the domain check), and the calibration grid applies
-:meth:`Rule.keeps_rag_grid` to a whole lambda x tau grid at once.
+Each policy is one class here; defining it registers its name (:data:`POLICIES`), the one
+vocabulary of the config, calibration files, the CLI and the Decision records (old names load
+through :data:`LEGACY_NAMES`). With several RAG candidates a margin policy combines each
+candidate's margins against Direct into ``M_i``, keeps Direct unless ``max_i M_i > tau``, and
+otherwise keeps the candidate with the largest ``M_i`` (ties: the earlier one; why:
+docs/decisions.md). :meth:`Policy.decide` executes it; :meth:`Policy.keeps_rag` is its
+vectorised form for replay.
 """
 
 from __future__ import annotations

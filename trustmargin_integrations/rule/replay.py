@@ -1,25 +1,11 @@
 """A recorded question replayed under any policy, from its recorded margins (no model).
 
-The records (``schema.Decision``) never import the rule and carry no rule of their own: this
-module reads them through the protocols below, so a cached run replays under a policy it was
-not decided by (the lambda x tau grid, the ablations, a calibration file's or the domain
-check's policy):
-
-* :func:`replay`: the side kept (``"direct"`` / ``"rag"``);
-* :func:`replay_winner`: the kept RAG candidate's index (None: Direct);
-* :func:`replay_answer`: the kept answer's text;
-* :func:`kept_rag`: whether the decision as made kept the RAG side.
-
-Each takes a :class:`~.policies.Policy`, or the numbers of the margin rule (``lambda_bind``,
-``tau``, the ablation ``variant``; the missing ones are the decision's own), or nothing: the
-decision's own policy and numbers.
-
-A decision made without scoring (its policy keeps one side whatever the margins, see
-:meth:`~.policies.Policy.unscored`: reason ``policy_always_rag`` / ``policy_always_direct`` and
-no margins) replays under a policy that keeps a side without margins to that side, when the
-record holds that side's answer (its own policy always does). Under a margin policy, or for a
-side never produced, it raises :class:`~trustmargin_integrations.errors.UnscoredDecisionError`:
-there are no margins to decide on, and guessing a side would silently bias a fit or a check.
+:func:`replay` (the side kept), :func:`replay_winner` (the kept RAG candidate's index),
+:func:`replay_answer` (the kept text) and :func:`kept_rag` each take a
+:class:`~.policies.Policy`, the margin rule's numbers (``lambda_bind``, ``tau``, ``variant``)
+or nothing (the decision's own). The records never import the rule; this module reads them
+through protocols. A decision made without scoring replays only under a policy that needs no
+margins for a side it holds, else :class:`~trustmargin_integrations.errors.UnscoredDecisionError`.
 """
 
 from __future__ import annotations

@@ -1,27 +1,10 @@
 """Questions decided before scoring: no passage, blank answers, answers that agree.
 
-With several RAG candidates (see :mod:`.policies` for the scored rule):
-
-* no passage entered the context: Direct (``no_evidence``), whatever the candidates;
-* a blank candidate (no scorable token) cannot win: it gets no likelihoods and no margins;
-  when every candidate is blank Direct is kept (``rag_answer_blank``, or
-  ``both_answers_blank`` when Direct is blank too);
-* a candidate whose text (after cleaning) repeats an earlier candidate's exactly is scored
-  once: the same text under the same prompts has the same likelihoods, and the tie rule
-  keeps the earlier one;
-* a blank Direct has no likelihood, so no margin exists: the first non-blank candidate in
-  the caller's list is kept (``direct_answer_blank``), the list order being the caller's
-  preference, as it is for ties;
-* a candidate that normalizes equal to Direct *is* Direct's answer. When every non-blank
-  candidate does, nothing is scored (``answers_agree``, the first of them is kept, as the
-  pairwise rule keeps the RAG side of equal answers). When only some do, those are not
-  scored but enter the rule with ``M = 0``, the margins of identical answers. Dropping them
-  instead would change the outcome whenever ``tau < 0``: a candidate j with
-  ``tau < M_j < 0`` loses pairwise to an equal-to-Direct candidate, yet would win if that
-  candidate were left out.
-
-No policy changes a settled outcome: it is kept under every policy, single sources included
-(their RAG answer would be blank or absent, or equal to Direct).
+No passage: Direct (``no_evidence``). A blank candidate cannot win (all blank: Direct, reason
+``rag_answer_blank`` / ``both_answers_blank``); a blank Direct keeps the first non-blank
+candidate (``direct_answer_blank``); repeated candidates are scored once; candidates equal to
+Direct are not scored (all: ``answers_agree``; some: they enter the rule with ``M = 0``, why:
+docs/decisions.md). No policy changes a settled outcome.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """Local transformers backend with shared-prefix scoring and generation-cache reuse.
 
-The arbiter drives one batch of questions through :meth:`HFBackend.session`:
-
-1. ``session.generate`` prefills the question-only prompts (and greedily decodes the Direct
-   answers) in one left-padded batch, and the question-context prompts likewise for the RAG
-   answers (:mod:`.decoding`). Each batch keeps its KV cache, cropped back to the prompts.
-2. ``session.score`` turns every scoring request into a stem off the cached prompt it shares
-   the longest token prefix with and scores all stems of a row in one tree-masked forward
-   pass (:mod:`.tree`).
-
-``score_continuations`` is the plain reference: one full forward pass per sequence. The fast
-path agrees with it to about 1e-6 in fp32 (tests hold it to 1e-4).
-
-Modules: :mod:`.backend` (loading, tokens, reference scoring, generation), :mod:`.decoding`
-(the public prefill / step / greedy API that FLARE and CLeHe use), :mod:`.static_cache`
-(greedy steps on a static KV cache, one CUDA graph replay per token on CUDA), :mod:`.masks`
-(4D attention masks), :mod:`.tree` (stems, planning, the tree-masked pass), :mod:`.session`
-(``HFSession``).
+Through :meth:`HFBackend.session`, ``generate`` prefills and decodes the question-only and
+question-context prompts in left-padded batches keeping their KV caches (:mod:`.decoding`),
+and ``score`` scores every request as a stem off the cached prompt it shares the longest
+prefix with, in one tree-masked forward pass per row (:mod:`.tree`). ``score_continuations``
+is the plain reference the fast path is tested against (agreement: docs/decisions.md).
 """
 
 # The check below must run before the imports after it (which import torch).

@@ -1,20 +1,10 @@
 """Token-level decoding on a local causal LM: the public prefill / step / greedy API.
 
-One place drives the model token by token, for the backend's own generation and for the
-pipelines that read the model while decoding (FLARE's token probabilities, CLeHe's ensemble
-over passage rows and its intermediate layers):
-
-* :meth:`TokenDecoding.prefill` runs a left-padded batch of prompts once (attention mask,
-  position ids, a fresh KV cache) and keeps the next-token logits (and, on request, the
-  hidden states of every layer);
-* :meth:`TokenDecoding.step` feeds one token per row and moves the logits one step on;
-* :meth:`TokenDecoding.greedy_steps` / :meth:`greedy_tokens` yield greedy tokens step by step
-  (the caller decides when to stop), and :meth:`TokenDecoding.greedy` is the batched greedy
-  loop with an injected stop predicate (token ids, texts, optional token probabilities);
-* :meth:`TokenDecoding.token_probabilities` is the plain forward pass over prompt + tokens.
-
-Every model call takes the backend's lock, so decoding from several threads is serialized
-call by call.
+:class:`TokenDecoding` drives the model token by token for the backend's generation and for
+the pipelines that read the model while decoding (FLARE, CLeHe): ``prefill`` (a left-padded
+batch, optionally with every layer's hidden states), ``step``, ``greedy_steps`` /
+``greedy_tokens``, ``greedy`` (with a stop predicate) and ``token_probabilities``. Every model
+call takes the backend's lock.
 """
 
 from __future__ import annotations

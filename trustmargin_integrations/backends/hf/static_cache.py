@@ -1,27 +1,10 @@
 """Greedy decoding on a preallocated ("static") KV cache, one CUDA graph replay per token.
 
-The plain loop (:meth:`TokenDecoding.step` on a ``DynamicCache``) grows the cache and the
-attention mask by one token per step, so every step has new shapes and pays Python and
-kernel-launch time per layer: on an H100 that host time, not the GPU, set the pace (about
-1.2 ms per layer per token, docs/performance.md). Here every step has the same shapes:
-
-* the prompts' keys and values are copied once into buffers with room for every token still
-  to be fed (:class:`StaticKVCache`), each step writing its token's keys and values at a
-  *slot* held in a tensor;
-* the attention mask is a 4D mask over the whole buffer, opened one slot per step;
-* the fed tokens, their positions, the slot and the step count are tensors updated in place,
-  and each step writes its greedy token (and, on request, its probability) into a history
-  buffer at the step count.
-
-So one step reads and writes only tensors at fixed addresses, and on CUDA it is captured once
-as a CUDA graph (:class:`torch.cuda.CUDAGraph`) and replayed per token. The host reads the
-history every few steps (``check_every``) to apply EOS and the stop predicate; rows that
-ended keep being decoded until all have (as in the plain loop), and tokens decoded past the
-end are dropped, so the result is the same whatever ``check_every`` is.
-
-The prompts' ``DynamicCache`` from the prefill is left untouched (the static buffers are a
-copy), so it is still the cache of exactly the prompts that the session scores on; the cost
-is the prompts' keys and values held twice while decoding.
+The prompts' keys and values are copied once into fixed buffers (:class:`StaticKVCache`), and
+each step reads and writes only tensors at fixed addresses, so on CUDA one step is captured
+as a CUDA graph and replayed per token; the host checks EOS and the stop predicate every
+``check_every`` steps, with the same result whatever ``check_every`` is. Why (host time set
+the pace of the plain loop) and what it costs: docs/decisions.md.
 """
 
 from __future__ import annotations

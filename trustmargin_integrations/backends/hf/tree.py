@@ -1,15 +1,9 @@
 """Fast scoring: stems planned off cached prompts and scored in one tree-masked forward pass.
 
 Every scoring request becomes a *stem* off the cached prompt it shares the longest token
-prefix with: a number of visible cached tokens, the tokens to feed, then the answers as
-children. A view's own generation cache gives a one-token stem; the context-only view shares
-the passage prefix with the question+context prompt, so it is a stem that sees that prefix and
-feeds its own short tail. Prompts no cache covers are prefilled once and branched the same way.
-
-All stems of a row are packed into one short sequence after the cached prompt and run in a
-single forward pass with a tree-shaped 4D attention mask (each token sees its visible prompt
-part, its stem and itself), so no cache is copied and no prefix is recomputed; the vocabulary
-projection runs only where an answer token is predicted.
+prefix with; all stems of a row are packed after that prompt and run in one forward pass with
+a tree-shaped 4D attention mask, so no cache is copied, no prefix recomputed, and the
+vocabulary projection runs only where an answer token is predicted.
 """
 
 from __future__ import annotations

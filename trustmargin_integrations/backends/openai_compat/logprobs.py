@@ -1,23 +1,11 @@
 """Reading an answer's log-likelihood out of an echoed completions response, verified.
 
-The request is the prompt and the answer as one string, echoed with ``logprobs=1`` and
-``max_tokens=1``. The answer's tokens are taken from the END of the echoed sequence (the
-generated tokens, ``usage.completion_tokens``, dropped first), because servers differ at the
-start: vLLM returns the BOS token with a ``null`` log-probability, llama-cpp-python drops a
-leading BOS and also omits later tokens equal to BOS.
-
-Nothing about the alignment is assumed; each of these is checked, and anything else is a
-:class:`~trustmargin_integrations.errors.BackendError` (never a decision, so never cached):
-
-* ``logprobs.tokens`` is present, holds strings, and has one entry per log-probability;
-* the echoed text begins with exactly the prompt that was sent (a server that truncates or
-  rewrites the context would score another question);
-* ``usage.prompt_tokens``, where the server reports it, is the sent text's local token count
-  within :data:`SPECIAL_TOKEN_SLACK` (a BOS the server adds or drops);
-* the tail's token texts spell the answer, every character of it: exactly, or, where a
-  character's bytes are split across tokens (which some servers print as nothing), as the
-  local tokenizer's own tokens spell it with those split characters left out;
-* every number is a real log-probability in ``[LOGPROB_FLOOR, LOGPROB_TOLERANCE]``.
+The answer's tokens are taken from the END of the echoed prompt + answer (generated tokens
+dropped first). Every assumption is checked (tokens present and aligned, the echo begins
+with the prompt sent, ``usage.prompt_tokens`` within :data:`SPECIAL_TOKEN_SLACK`, the tail
+spells the answer, every number within ``[LOGPROB_FLOOR, LOGPROB_TOLERANCE]``); anything else
+is a :class:`~trustmargin_integrations.errors.BackendError`, never a decision. Why from the end:
+docs/decisions.md, "Likelihoods from a server".
 """
 
 from __future__ import annotations

@@ -1,25 +1,10 @@
 """Work in flight on one server sized to its deadline, from the throughput it has shown.
 
-A request's deadline (``timeout_s``, and the ``read_timeout_s`` of silence) runs from the
-moment it is sent. A server that answers one request at a time (llama-cpp-python does)
-makes the eighth of eight requests sent together wait for the seven before it, so a batch
-of requests that each fit the deadline failed as a whole ("did not complete within the
-120 s total" on 6 short questions). The :class:`Pacer` sends a request only when the
-work already in flight on the server, plus its own, fits half the deadline at the
-server's measured pace: the requests behind it wait here, where no deadline runs.
-
-The pace is the server's: seconds of busy time (some request in flight) per unit of work
-(a request's prompt tokens plus the tokens it may generate), over its recent answers
-(weights decaying by :data:`DECAY` per answer). Until a first answer, one request is sent
-at a time, so the first measure is one request's own time; a parallel server (vLLM)
-answers fast at any depth and its pace soon admits every slot ``max_concurrency`` gives.
-Busy time spent on a failed request counts, with no work done, so a failing server is
-paced more tightly. When a request fails for good, the requests queued behind it are not
-sent (they would wait for the same server): they fail at once, so a dead server costs one
-deadline, not one per queued request.
-
-Why our own code: concurrency limiters (a semaphore, tenacity, httpx's pool limits) bound
-the number of requests, not the seconds of work a server has queued.
+The :class:`Pacer` sends a request only when the work already in flight on the server, plus
+its own, fits half the deadline at the server's measured pace (busy seconds per unit of work,
+weights decaying by :data:`DECAY` per answer); the others wait here, where no deadline runs.
+When a request fails for good, the requests queued behind it fail at once. Why, with the
+failure that led to it: docs/decisions.md and docs/scale_out.md, "Bounded waits".
 """
 
 from __future__ import annotations

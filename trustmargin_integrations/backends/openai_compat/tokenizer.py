@@ -1,21 +1,10 @@
 """The served model's tokenizer without transformers: what a remote-only install tokenizes with.
 
-The remote backend tokenizes locally (the package docstring says why), and a user who scores
-on a vLLM or llama.cpp server should not need torch or transformers for it. So a tokenizer
-source (a named model, a ``.gguf`` file, a folder holding ``tokenizer.json``, or a Hugging
-Face hub id) becomes a :class:`ServedTokenizer`: the Rust ``tokenizers`` package for the
-tokens, jinja2 for the chat template. It offers the part of a transformers tokenizer's
-interface the backends use (call, ``decode``, ``apply_chat_template``, ``chat_template``,
-``model_max_length``), so :class:`~..tokens.LocalTokenizerMixin` reads it as it reads one.
-
-A GGUF file carries no ``tokenizer.json``: its vocabulary, merges, special tokens and chat
-template are metadata (read with the ``gguf`` package). :func:`gguf_tokenizer` builds the
-byte-level BPE tokenizer they describe, the way transformers' GGUF loader does for the same
-file (the local backend's tokenizer), so both backends count and cut the same tokens; a
-test holds the two equal on the embedded model. Other GGUF tokenizer kinds (SentencePiece,
-Unigram) are refused with the fix: pass the model's folder or hub id (``tokenizer.json``).
-Whatever the source, the backend's echo checks (:mod:`.logprobs`) and
-:meth:`~.backend.OpenAICompatBackend.check_tokenizer` still compare it with the server.
+A tokenizer source (a named model, a ``.gguf`` file, a folder with ``tokenizer.json``, a hub
+id) becomes a :class:`ServedTokenizer` (the ``tokenizers`` package and jinja2), offering the
+part of a transformers tokenizer the backends use. :func:`gguf_tokenizer` builds a GGUF file's
+byte-level BPE tokenizer from its metadata as transformers' GGUF loader does; other GGUF
+tokenizer kinds are refused with the fix (pass the folder or hub id).
 """
 
 from __future__ import annotations

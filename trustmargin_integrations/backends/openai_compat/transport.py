@@ -1,12 +1,10 @@
 """The HTTP layer of the OpenAI-compatible backend: one bounded, retried JSON POST.
 
-A request is retried (with tenacity) after a 408/409/425/429/5xx answer, a timeout or a
-dropped connection, pausing as the server's ``Retry-After`` asks or else with exponential
-backoff; every attempt, byte and pause fits the total ``timeout_s``: connect, headers and body
-of each attempt run under that deadline (:mod:`trustmargin_integrations.deadline`), the body
-also against a size cap. A redirect is not an answer. Every failure becomes a
-:class:`~trustmargin_integrations.errors.BackendError` without secrets; one that outlasted
-every retry is a :class:`~trustmargin_integrations.errors.ServerUnavailableError`.
+Retried (tenacity) after a 408/409/425/429/5xx, a timeout or a dropped connection, pausing as
+``Retry-After`` asks or with exponential backoff, every attempt within the total ``timeout_s``
+(:mod:`trustmargin_integrations.deadline`). Every failure is a secret-free
+:class:`~trustmargin_integrations.errors.BackendError`; one that outlasted every retry is a
+:class:`~trustmargin_integrations.errors.ServerUnavailableError`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """The Markdown report of a run directory: the paper's tables, diagnostics and PNG plots.
 
-Everything is recomputed from the run's cache (no model). One module per section, in reading
-order: :mod:`.setup` (setup and latency), :mod:`.main_table` (Table 1 with intervals),
-:mod:`.question_types`, :mod:`.ablations` (margin ablation and retrieval noise),
-:mod:`.arbitration` (source-arbitration diagnostics and disagreement recovery),
-:mod:`.hyperparameters` (the lambda x tau heatmap), :mod:`.calibrated` (the fitted rule on
-unseen questions) and :mod:`.complementarity` (other pipelines, multi-candidate);
-:mod:`.build` puts them together. ``summary.json`` next to the report holds the same numbers.
+Recomputed from the run's cache (no model), one module per section in reading order;
+:mod:`.build` puts them together, and ``summary.json`` beside the report holds the numbers.
 """
 
 from trustmargin_integrations.evaluation.report.build import build_report

@@ -1,18 +1,11 @@
 """The HTTP node under the Elasticsearch client: one deadline per attempt, headers and body
 included.
 
-elastic-transport's default node (urllib3) bounds each socket read, not a request: a server
-that trickles its headers or body a byte at a time held a ``timeout_s=6`` search for 60-120
-s. urllib3 offers no total deadline either (its ``Timeout(total=...)`` still bounds each read),
-and elastic-transport's only httpx node is asynchronous. This node is elastic-transport's
-documented extension point (a ``BaseNode`` subclass passed as ``node_class``) over a
-synchronous httpx client carrying :mod:`trustmargin_integrations.deadline`: each attempt ends
-within its ``request_timeout`` (connect, TLS, headers and every byte of the body), and
-elastic-transport's own retries, node pool and errors work as before.
-
-It supports what :class:`~.connection.ElasticsearchSettings` configures (TLS with
-``ca_certs`` / ``verify_certs``, client certificates, gzip); certificate-fingerprint pinning
-is refused (httpx cannot pin). Like the urllib3 node, it ignores ``HTTP(S)_PROXY``.
+An elastic-transport ``BaseNode`` (passed as ``node_class``) over a synchronous httpx client
+carrying :mod:`trustmargin_integrations.deadline`, so each attempt ends within its
+``request_timeout``; the client's retries, node pool and errors work as before. It supports
+what :class:`~.connection.ElasticsearchSettings` configures, refuses certificate-fingerprint
+pinning and ignores ``HTTP(S)_PROXY``. Why: docs/decisions.md, "One deadline per request".
 """
 
 from __future__ import annotations
