@@ -447,8 +447,8 @@ def check_items(value: Any, field_name: str, kind: type, *, what: str, empty_fix
 
 
 def check_instance(value: Any, kind: type, field_name: str, fix: str) -> Any:
-    """``value`` (unchanged) when it is a ``kind``; else an error naming ``field_name``
-    (an attribute error or an assertion deep inside was all a caller got before)."""
+    """``value`` (unchanged) when it is a ``kind``; else an error naming ``field_name``,
+    before a wrong type fails deep inside."""
     if not isinstance(value, kind):
         raise InvalidInputError(field_name, f"a {type(value).__name__} is not a "
                                 f"{kind.__name__}", fix)

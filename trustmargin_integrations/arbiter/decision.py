@@ -118,8 +118,8 @@ def _outcome(plan: Plan, scores: list[ViewLikelihoods] | None, n_options: int,
 
 def _checked_scores(scores: list[ViewLikelihoods] | None, plan: Plan
                     ) -> list[ViewLikelihoods]:
-    """The likelihoods of an unsettled question, when they hold every scored pair's: an
-    Evidence built by hand (``scores=None``) was a bare AssertionError deep inside."""
+    """The likelihoods of an unsettled question, when they hold every scored pair's; else an
+    InvalidInputError on ``evidence.scores`` (an Evidence built by hand, ``scores=None``)."""
     fix = "pass the Evidence score_batch returned, unchanged"
     checked = check_items(scores, "evidence.scores", ViewLikelihoods, what="likelihoods",
                           empty_fix=fix, item_fix=fix)

@@ -53,7 +53,7 @@ def load_backend(spec: str | BackendSpec = DEFAULT_MODEL, *, device: str | None 
 
 def _check_keywords(engine: Any, given: dict[str, Any], spec: BackendSpec) -> None:
     """Refuse a keyword the engine does not take (named, with those it does), before it
-    loads: ``from_pretrained(foo=1)`` was a TypeError from inside ``HFBackend.load``."""
+    loads (``from_pretrained(foo=1)`` names ``foo``, not a TypeError from the engine)."""
     taken = [name for name, p in inspect.signature(engine).parameters.items()
              if p.kind is inspect.Parameter.KEYWORD_ONLY
              or p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]

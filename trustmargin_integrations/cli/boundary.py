@@ -151,10 +151,10 @@ def shown_markup(text: str) -> str:
 def report(exc: TrustMarginError, console: Console) -> None:
     """Print a typed error as one line (it quotes user text: escaped, never wrapped).
 
-    Printing is linear in the message: rich's highlighter (regular expressions over the
-    whole line) took 15 s on a 20,000-character model name and grew quadratically, so it
-    is off, and a message longer than :data:`~trustmargin_integrations.errors.MESSAGE_LIMIT`
-    keeps its head and its ``Fix:`` (:func:`~trustmargin_integrations.errors.clip`)."""
+    Printing is linear in the message: rich's highlighter is off (quadratic on long lines:
+    docs/decisions.md), and a message longer than
+    :data:`~trustmargin_integrations.errors.MESSAGE_LIMIT` keeps its head and its ``Fix:``
+    (:func:`~trustmargin_integrations.errors.clip`)."""
     console.print(f"[red]error[/] {shown_markup(clip_message(str(exc)))}", soft_wrap=True,
                   highlight=False)
 

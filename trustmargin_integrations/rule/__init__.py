@@ -3,7 +3,8 @@ records.
 
 :mod:`.verdict` (the rule's records and :func:`compute_margins`), :mod:`.settled` (questions
 decided before scoring), :mod:`.policies` (the policies and :meth:`Policy.decide`) and
-:mod:`.replay` (a recorded Decision replayed under any policy).
+:mod:`.replay` (a recorded Decision replayed under any policy); :mod:`.positional` is the
+``(M_prior, M_bind)``-tuple form of the top-level :func:`decide`.
 """
 
 from trustmargin_integrations.rule.policies import (

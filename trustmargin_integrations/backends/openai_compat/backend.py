@@ -212,10 +212,10 @@ class OpenAICompatBackend(LocalTokenizerMixin):
                  stop: StopPredicate | None = None) -> list[str]:
         """Greedy continuations (``temperature=0``; no repetition penalty).
 
-        The server decodes up to ``max_new_tokens`` tokens as before; ``stop`` is applied to
-        the text it returns (:func:`~trustmargin_integrations.backends.base.cut_at_stop`: the
-        text ends at the first character after which ``stop`` holds), so the answer a caller
-        cleans is the one it was before, and the same as the local backend's.
+        The server decodes up to ``max_new_tokens`` tokens; ``stop`` is applied to the text
+        it returns (:func:`~trustmargin_integrations.backends.base.cut_at_stop`: the text
+        ends at the first character after which ``stop`` holds), so the answer a caller
+        cleans is the same as the local backend's.
         """
         def one(prompt: str) -> str:
             data = self._completion({
