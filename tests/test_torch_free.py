@@ -8,7 +8,7 @@ that cannot import torch or transformers:
 * in the normal test run, this interpreter with an import blocker for both (the checkout
   under test first on the path), so the property is guarded on every run;
 * with ``$TRUSTMARGIN_TORCH_FREE_PYTHON`` set (.ci/torch_free.sh), the python of a fresh
-  venv built with only ``pip install '.[remote,langchain]'``: there both are truly absent,
+  venv built with only ``pip install '.[remote,langchain,cli]'``: there both are truly absent,
   and the package is the one pip installed.
 """
 

@@ -2,7 +2,8 @@
 
 ``python tests/torch_free_flow.py URL MODEL`` scores on the OpenAI-compatible server at URL
 (serving the embedded SmolLM2-135M as MODEL) the way a user of ``pip install
-'trustmargin-integrations[remote,langchain]'`` does, and prints one JSON summary line:
+'trustmargin-integrations[remote,langchain,cli]'`` does (``cli``: the command and its BM25
+index), and prints one JSON summary line:
 
 1. torch and transformers cannot be imported here (a fresh venv lacks them; the main suite's
    run blocks them, see tests/test_torch_free.py);

@@ -1,76 +1,27 @@
-"""Text out of a local model for the framework adapters: greedy streaming with stop strings
-(:func:`stream_greedy`) and JSON by schema-guided decoding (:class:`GuidedDecoder`).
-
-The decoder writes the JSON structure itself and asks the model only for the values (free
-text up to where its type may stop; a choice among options by length-normalized
-likelihood), then validates the result against the schema; a reply that does not fit is a
-:class:`StructuredOutputError`. Why: docs/decisions.md, "Schema-guided JSON".
+"""JSON out of a local model for the framework adapters by schema-guided decoding
+(:class:`GuidedDecoder`: structured output, tool calls, sub-questions), on the greedy streaming
+of :mod:`.streaming`. The decoder writes the JSON structure itself and asks the model only for
+the values, then validates the result against the schema; a reply that does not fit is a
+:class:`StructuredOutputError`. The adapters import this module only when a user asks for
+structured output (tests/test_layers.py). Why: docs/decisions.md, "Schema-guided JSON".
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
 from trustmargin_integrations.backends.base import ContinuationRequest
-from trustmargin_integrations.errors import BackendError, InvalidInputError
+from trustmargin_integrations.errors import BackendError
+from trustmargin_integrations.extras import require
+from trustmargin_integrations.streaming import prompt_ids, stream_greedy
 
 MAX_ITEMS = 16
 """The most items the decoder writes into one array."""
-
-
-def prompt_ids(backend: Any, rendered: str, max_new_tokens: int, field: str
-               ) -> tuple[list[int], int]:
-    """The rendered prompt's token ids and the new-token budget that fits the model's window.
-
-    A prompt that leaves no room to answer is refused before any model call (a prompt of
-    tens of thousands of tokens would otherwise spend minutes in prefill and then fail).
-    """
-    ids = backend.encode_prompt(rendered)
-    window = backend.context_window  # declared by the Backend protocol (None: unknown)
-    if window is not None and len(ids) >= window:
-        raise InvalidInputError(field, f"is {len(ids)} tokens, more than the model's "
-                                f"{window}-token window", "shorten it: fewer or shorter "
-                                "documents in the context, or a model with a longer window")
-    room = max_new_tokens if window is None else min(max_new_tokens, window - len(ids))
-    return ids, room
-
-
-def stream_greedy(backend: Any, ids: list[int], max_new_tokens: int,
-                  stop: Sequence[str] | None = None) -> Iterator[str]:
-    """Greedy decoding of ``ids`` as text pieces, until EOS, a stop sequence (left out of the
-    text) or ``max_new_tokens``: a chat answer runs on past its first line (the first-line
-    stop belongs to the paper's candidates only).
-
-    Drives the backend's public token-level decoding (``greedy_tokens``, which takes the
-    model's lock per forward pass, never across a yield, so an abandoned or async stream
-    never holds the model).
-    """
-    stops = [s for s in stop or [] if s]
-    # Text that could still become a stop sequence is held back until it cannot.
-    hold = max((len(s) for s in stops), default=1) - 1
-    generated: list[int] = []
-    sent, text = 0, ""
-    for token in backend.greedy_tokens(ids, max_new_tokens):
-        if token in backend.eos_token_ids:
-            break
-        generated.append(token)
-        text = backend.decode_tokens(generated)
-        cut = min((i for i in (text.find(s) for s in stops) if i != -1), default=-1)
-        if cut != -1:
-            yield text[sent:cut]
-            return
-        # An incomplete multi-byte character decodes as U+FFFD: wait for the next token.
-        ready = len(text) - hold if not text.endswith("\ufffd") else sent
-        if ready > sent:
-            yield text[sent:ready]
-            sent = ready
-    if len(text) > sent:
-        yield text[sent:]
 
 
 class StructuredOutputError(BackendError, ValueError):
@@ -93,7 +44,9 @@ def instruction(schema: Mapping[str, Any]) -> str:
 def check(value: Any, schema: Mapping[str, Any], validate: Callable[[Any], Any],
           reply: str) -> Any:
     """``validate(value)`` after a JSON-schema check; either failure is a
-    :class:`StructuredOutputError` quoting the reply."""
+    :class:`StructuredOutputError` quoting the reply; ``MissingExtraError`` naming the
+    ``langchain`` extra on an install without ``jsonschema``."""
+    require("langchain", ("jsonschema",), "Checking structured output against its schema")
     import jsonschema
 
     title = schema.get("title", "the schema")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import LLM, BaseChatModel, LanguageModelInput
@@ -32,24 +32,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.config import CHAT_MAX_NEW_TOKENS, CHAT_MAX_NEW_TOKENS_LIMIT
 from trustmargin_integrations.errors import InvalidInputError
-from trustmargin_integrations.guided import (
-    GuidedDecoder,
-    StructuredOutputError,
-    check,
-    instruction,
-    local_decoder,
-    parse_free,
-    prompt_ids,
-    stream_greedy,
-    structured_reply,
-)
-from trustmargin_integrations.langchain.structured import (
-    parse_tool_call,
-    schema_of,
-    tool_call,
-    tools_instruction,
-)
+from trustmargin_integrations.streaming import prompt_ids, stream_greedy
 from trustmargin_integrations.validation import TypedFields
+
+if TYPE_CHECKING:
+    from trustmargin_integrations.guided import GuidedDecoder
+
+# Schema-guided decoding (trustmargin_integrations.guided, .structured) is imported inside the
+# structured-output and tool-call methods: a chain that only chats never loads it.
 
 _ROLES = {HumanMessage: "user", AIMessage: "assistant", SystemMessage: "system"}
 
@@ -210,6 +200,9 @@ class LocalChatModel(_LocalModel, BaseChatModel):
         if schema is None:
             raise InvalidInputError("schema", "is missing", "pass a pydantic class, a "
                                     "TypedDict or a JSON schema dict")
+        from trustmargin_integrations.guided import StructuredOutputError, check, parse_free
+        from trustmargin_integrations.langchain.structured import schema_of
+
         json_schema, validate = schema_of(schema)
         bound = self.bind(json_schema=json_schema, **kwargs)
 
@@ -230,11 +223,20 @@ class LocalChatModel(_LocalModel, BaseChatModel):
         return RunnableParallel(raw=bound) | RunnableLambda(parsed, name="parse_or_error")
 
     def _decoder(self, root: Any) -> GuidedDecoder:
+        from trustmargin_integrations.guided import local_decoder
+
         return local_decoder(self.backend, root, field="messages")
 
     def _special_turn(self, messages: list[BaseMessage], json_schema: Any, tools: Any,
                       tool_choice: Any) -> AIMessage:
         """A structured or tool-calling reply (the plain chat turn streams instead)."""
+        from trustmargin_integrations.guided import instruction, structured_reply
+        from trustmargin_integrations.langchain.structured import (
+            parse_tool_call,
+            tool_call,
+            tools_instruction,
+        )
+
         if json_schema is not None:
             rendered = render_messages(self.backend, [SystemMessage(instruction(json_schema)),
                                                       *messages])

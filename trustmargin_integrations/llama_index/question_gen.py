@@ -19,7 +19,6 @@ from llama_index.core.schema import QueryBundle
 from llama_index.core.tools.types import ToolMetadata
 
 from trustmargin_integrations.errors import InvalidInputError
-from trustmargin_integrations.guided import local_decoder
 from trustmargin_integrations.llama_index.llms import LocalLlamaIndexLLM
 
 __all__ = ["LocalQuestionGenerator"]
@@ -74,6 +73,9 @@ class LocalQuestionGenerator(BaseQuestionGenerator):
             ChatMessage(role=MessageRole.SYSTEM,
                         content=_INSTRUCTION.format(n=self.max_questions, tools=listed)),
             ChatMessage(role=MessageRole.USER, content=query.query_str)])
+        # Imported here: the adapter's import loads no guided decoding until it is used.
+        from trustmargin_integrations.guided import local_decoder
+
         decoder = local_decoder(self.llm.backend, schema, max_items=self.max_questions)
         _, value = decoder.write(rendered, schema)
         questions = [SubQuestion(sub_question=q["sub_question"].strip() or query.query_str,

@@ -12,11 +12,11 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 import numpy as np
-import Stemmer
 from pydantic import ValidationError
 
 from trustmargin_integrations import strict_json
 from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.extras import BM25, require
 from trustmargin_integrations.files import write_text_atomic
 from trustmargin_integrations.schema import Passage
 from trustmargin_integrations.validation import check_items, check_k, check_queries
@@ -61,6 +61,11 @@ def _load_bm25s() -> ModuleType:
         return importlib.import_module("bm25s")
 
 
+# Checked before either engine loads: an install without the `bm25` extra gets the typed
+# error naming it, not a ModuleNotFoundError from this import.
+require("bm25", BM25, "BM25Index (the embedded BM25 retrieval)",
+        ", or pass any retriever with search(query, k) (Elasticsearch, your own)")
+Stemmer = importlib.import_module("Stemmer")
 bm25s = _load_bm25s()
 
 
