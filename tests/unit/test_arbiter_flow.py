@@ -121,8 +121,9 @@ def test_several_rag_candidates_keep_the_largest_margin() -> None:
     logprobs = {("question_only", DIRECT): -1.0, ("question_context", DIRECT): -3.0,
                 ("context_only", DIRECT): -2.5}
     # Candidate M (lambda 0.5): weak -3 + 0.5 * 0 = -3; strong -1 + 0.5 * 1.5 = -0.25.
-    for text, views in (("Weak", (-4.0, -3.0, -2.5)), ("Strong", R.__dict__.values())):
-        for view, value in zip(("question_only", "question_context", "context_only"), views):
+    for text, views in (("Weak", (-4.0, -3.0, -2.5)), ("Strong", (-2.0, -0.5, -1.5))):
+        for view, value in zip(("question_only", "question_context", "context_only"), views,
+                               strict=True):
             logprobs[(view, text)] = value
     tm = TrustMargin(ScriptedBackend(logprobs=logprobs))
     decision = tm.arbitrate(QUESTION, [PASSAGE], direct_answer=DIRECT,

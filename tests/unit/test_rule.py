@@ -62,7 +62,8 @@ def test_the_vectorised_rule_agrees_with_decide() -> None:
     m_prior = np.array([-1.0, -2.0, 0.5, -3.0])
     m_bind = np.array([1.0, 1.0, -5.0, 4.0])
     policy = Policy.paper()
-    looped = [policy.decide([MarginPair(p, b)]).choice == "rag" for p, b in zip(m_prior, m_bind)]
+    looped = [policy.decide([MarginPair(p, b)]).choice == "rag"
+              for p, b in zip(m_prior, m_bind, strict=True)]
     assert policy.keeps_rag(m_prior, m_bind).tolist() == looped == [True, False, False, True]
 
 
