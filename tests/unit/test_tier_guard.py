@@ -33,10 +33,12 @@ def test_loading_the_embedded_model_is_refused(tier_guard: TierGuard) -> None:
     tier_guard.violations.clear()
 
 
-def test_importing_llama_cpp_is_refused(tier_guard: TierGuard) -> None:
+def test_llama_cpp_is_refused(tier_guard: TierGuard) -> None:
+    # Its import when it is not loaded yet, its Llama() in a process that loaded it (CI runs
+    # the server tests and the unit tier in the same workers).
     with pytest.raises(ImportError):
-        importlib.import_module("llama_cpp")
-    assert tier_guard.violations == ["import llama_cpp"]
+        importlib.import_module("llama_cpp").Llama(model_path="model.gguf")
+    assert tier_guard.violations in (["import llama_cpp"], ["llama_cpp.Llama()"])
     tier_guard.violations.clear()
 
 
