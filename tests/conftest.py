@@ -5,23 +5,31 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from trustmargin_integrations import TrustMargin
-from trustmargin_integrations.backends.hf import HFBackend
 from trustmargin_integrations.demo import demo_corpus
+
+if TYPE_CHECKING:
+    from trustmargin_integrations.arbiter import TrustMargin
+    from trustmargin_integrations.backends.hf import HFBackend
 
 
 @pytest.fixture(scope="session")
 def backend() -> HFBackend:
     """The embedded SmolLM2-135M on CPU in fp32 (fast shared-prefix path on)."""
+    # Imported here, not at the top: the unit tier (tests/unit) collects without torch.
+    from trustmargin_integrations.backends.hf import HFBackend
+
     return HFBackend.load("smollm2-135m", device="cpu", dtype="float32")
 
 
 @pytest.fixture(scope="session")
 def tm(backend: HFBackend) -> TrustMargin:
     """A TrustMargin arbiter with the paper's default hyper-parameters."""
+    from trustmargin_integrations.arbiter import TrustMargin
+
     return TrustMargin(backend)
 
 
