@@ -1,19 +1,34 @@
-"""The one decision rule (rule/policies.py, here through its positional form) against
-hand-computed values, and its three users: the arbiter's verdict, its replay (rule.replay: the
-lambda x tau grid) and kept_rag."""
+"""The one decision rule (rule/policies.py, ``Policy.verdict``) against hand-computed
+values, and its three users: the arbiter's verdict, its replay (rule.replay: the lambda x tau
+grid) and kept_rag."""
 
 from __future__ import annotations
 
 import pytest
 
-from trustmargin_integrations.rule import SETTLED, compute_margins, settle, settle_among
-from trustmargin_integrations.rule.positional import decide
+from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.rule import (
+    SETTLED,
+    MarginPair,
+    Policy,
+    Verdict,
+    compute_margins,
+    settle,
+    settle_among,
+)
 from trustmargin_integrations.rule.replay import kept_rag, replay
 from trustmargin_integrations.schema import Decision, ViewLikelihoods
 
 
 def views(q: float, qc: float, c: float) -> ViewLikelihoods:
     return ViewLikelihoods(question_only=q, question_context=qc, context_only=c, num_tokens=3)
+
+
+def decide(m_prior: float, m_bind: float, lambda_bind: float, tau: float,
+           kind: str = "rule") -> Verdict:
+    """The verdict of the policy ``kind`` over one candidate's margins."""
+    return Policy.of(kind, lambda_bind, tau, drop_unused=True).verdict(
+        [MarginPair(m_prior, m_bind)])
 
 
 def test_margins_match_hand_computation() -> None:
@@ -42,10 +57,11 @@ def test_tie_at_tau_keeps_direct() -> None:
 
 
 def test_ablations_drop_one_margin() -> None:
-    assert decide(-3.0, 4.0, 0.5, -1.5, "no_prior").margins.m == pytest.approx(2.0)  # type: ignore[union-attr]
-    assert decide(-3.0, 4.0, 0.5, -1.5, "no_bind").choice == "direct"
-    with pytest.raises(ValueError, match="variant"):
-        decide(0.0, 0.0, 0.5, 0.0, "other")  # type: ignore[arg-type]
+    assert decide(-3.0, 4.0, 0.5, -1.5, "weighted_bind").margins.m == pytest.approx(2.0)  # type: ignore[union-attr]
+    assert decide(-3.0, 4.0, 0.5, -1.5, "prior_only").choice == "direct"
+    for old in ("no_prior", "no_bind", "full", "paper", "fitted"):  # no second vocabulary
+        with pytest.raises(InvalidInputError, match="unknown policy"):
+            decide(0.0, 0.0, 0.5, 0.0, old)
 
 
 def test_identical_answers_have_zero_margins() -> None:
@@ -116,8 +132,8 @@ def test_replay_uses_the_same_rule_and_keeps_settled_outcomes() -> None:
     assert replay(d) == "rag" and kept_rag(d)
     assert replay(d, tau=-1.0) == "direct"
     assert replay(d, lambda_bind=0.0, tau=-1.2) == "rag"  # M = -1.0
-    assert replay(d, variant="no_bind", tau=-1.1) == "rag"  # M = M_prior = -1.0
-    assert replay(d, variant="no_bind", tau=-0.9) == "direct"
+    assert replay(d, kind="prior_only", tau=-1.1) == "rag"  # M = M_prior = -1.0
+    assert replay(d, kind="prior_only", tau=-0.9) == "direct"
     settled = _decision(reason="no_evidence")
     assert replay(settled, tau=-100.0) == "direct" and not kept_rag(settled)
     assert kept_rag(_decision(reason="answers_agree", source="agree"))

@@ -35,7 +35,7 @@ from trustmargin_integrations.backends.base import Backend, ModelSession
 from trustmargin_integrations.backends.loading import load_backend, recorded_model_id
 from trustmargin_integrations.backends.spec import BackendSpec
 from trustmargin_integrations.calibration_file import AUTO, Calibration, calibration_for
-from trustmargin_integrations.config import TrustMarginConfig, check_rule_value
+from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.prompts import PROMPT_VERSION
 from trustmargin_integrations.retrieval.base import Retriever, retrieve_batch
@@ -49,6 +49,7 @@ from trustmargin_integrations.validation import (
     is_blank_text,
     validate_input,
 )
+from trustmargin_integrations.vocabulary import check_rule_value
 
 PolicyArg = Policy | Sequence[Policy | None] | None
 """A call's policy: one for every input, one per input (None: the config's), or None (the

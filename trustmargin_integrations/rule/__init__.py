@@ -5,7 +5,7 @@ records.
   :class:`Margins`, :class:`Verdict`), :func:`compute_margins` and the paper's numbers;
 * :mod:`.settled`: questions decided before scoring (no evidence, blank or agreeing answers);
 * :mod:`.policies`: the policies, one class each, registered by name (the one vocabulary of
-  config, calibration files, CLI and records), and :meth:`Policy.decide`, the one executor of
+  config, calibration files, CLI and records), and :meth:`Policy.verdict`, the one executor of
   the rule (its vectorised form: :meth:`Policy.keeps_rag`);
 * :mod:`.replay`: a recorded Decision replayed under any policy (``replay``,
   ``replay_winner``, ``replay_answer``, ``kept_rag``), read through a protocol: the records
@@ -13,7 +13,6 @@ records.
 """
 
 from trustmargin_integrations.rule.policies import (
-    LEGACY_NAMES,
     POLICIES,
     AlwaysDirect,
     AlwaysRag,
@@ -33,20 +32,17 @@ from trustmargin_integrations.rule.settled import SETTLED, settle, settle_among
 from trustmargin_integrations.rule.verdict import (
     PAPER_LAMBDA_BIND,
     PAPER_TAU,
-    Choice,
     HasMargins,
     MarginPair,
     Margins,
-    Reason,
     ThreeViews,
     Verdict,
     compute_margins,
 )
 
 __all__ = [
-    "LEGACY_NAMES", "PAPER_LAMBDA_BIND", "PAPER_TAU", "POLICIES", "SETTLED", "AlwaysDirect",
-    "AlwaysRag", "BindOnly", "Choice", "HasMargins", "MarginPair", "Margins", "Policy",
-    "PolicyName", "PolicyRecord", "PolicyVerdict", "PriorOnly", "Reason", "Rule",
-    "ThreeViews", "Verdict", "WeightedBind", "apply_policy", "compute_margins", "exceeds",
-    "known_policy_name", "settle", "settle_among",
+    "PAPER_LAMBDA_BIND", "PAPER_TAU", "POLICIES", "SETTLED", "AlwaysDirect", "AlwaysRag",
+    "BindOnly", "HasMargins", "MarginPair", "Margins", "Policy", "PolicyName", "PolicyRecord",
+    "PolicyVerdict", "PriorOnly", "Rule", "ThreeViews", "Verdict", "WeightedBind",
+    "apply_policy", "compute_margins", "exceeds", "known_policy_name", "settle", "settle_among",
 ]
