@@ -24,7 +24,7 @@ def views(q: float, qc: float, c: float) -> ViewLikelihoods:
     return ViewLikelihoods(question_only=q, question_context=qc, context_only=c, num_tokens=3)
 
 
-def decide(m_prior: float, m_bind: float, lambda_bind: float, tau: float,
+def verdict_of(m_prior: float, m_bind: float, lambda_bind: float, tau: float,
            kind: str = "rule") -> Verdict:
     """The verdict of the policy ``kind`` over one candidate's margins."""
     return Policy.of(kind, lambda_bind, tau, drop_unused=True).verdict(
@@ -37,8 +37,8 @@ def test_margins_match_hand_computation() -> None:
     assert m.m_prior == pytest.approx(-1.0)  # -1.5 - (-0.5)
     assert m.m_bind == pytest.approx(-0.8)  # (-0.2 + 0.4) - (-1.0 + 2.0) = 0.2 - 1.0
     assert m.m == pytest.approx(-1.4)  # -1.0 + 0.5 * -0.8
-    assert decide(m.m_prior, m.m_bind, 0.5, tau=-1.5).choice == "rag"
-    assert decide(m.m_prior, m.m_bind, 0.5, tau=-1.0).choice == "direct"
+    assert verdict_of(m.m_prior, m.m_bind, 0.5, tau=-1.5).choice == "rag"
+    assert verdict_of(m.m_prior, m.m_bind, 0.5, tau=-1.0).choice == "direct"
 
 
 def test_lambda_weights_only_the_binding_margin() -> None:
@@ -51,17 +51,17 @@ def test_lambda_weights_only_the_binding_margin() -> None:
 
 def test_tie_at_tau_keeps_direct() -> None:
     # M exactly equal to tau must keep the Direct answer (strict inequality in the paper).
-    verdict = decide(-1.5, 0.0, 0.5, tau=-1.5)
+    verdict = verdict_of(-1.5, 0.0, 0.5, tau=-1.5)
     assert (verdict.choice, verdict.reason) == ("direct", "margin_at_or_below_tau")
-    assert decide(-1.5 + 1e-9, 0.0, 0.5, tau=-1.5).choice == "rag"
+    assert verdict_of(-1.5 + 1e-9, 0.0, 0.5, tau=-1.5).choice == "rag"
 
 
 def test_ablations_drop_one_margin() -> None:
-    assert decide(-3.0, 4.0, 0.5, -1.5, "weighted_bind").margins.m == pytest.approx(2.0)  # type: ignore[union-attr]
-    assert decide(-3.0, 4.0, 0.5, -1.5, "prior_only").choice == "direct"
+    assert verdict_of(-3.0, 4.0, 0.5, -1.5, "weighted_bind").margins.m == pytest.approx(2.0)  # type: ignore[union-attr]
+    assert verdict_of(-3.0, 4.0, 0.5, -1.5, "prior_only").choice == "direct"
     for old in ("no_prior", "no_bind", "full", "paper", "fitted"):  # no second vocabulary
         with pytest.raises(InvalidInputError, match="unknown policy"):
-            decide(0.0, 0.0, 0.5, 0.0, old)
+            verdict_of(0.0, 0.0, 0.5, 0.0, old)
 
 
 def test_identical_answers_have_zero_margins() -> None:

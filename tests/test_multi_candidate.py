@@ -73,7 +73,7 @@ KINDS = ("rule", "weighted_bind", "prior_only")
 """The margin rule and its two ablations (w/o M_prior, w/o M_bind)."""
 
 
-def decide_among(margins: Sequence[tuple[float, float] | None], lam: float, tau: float,
+def verdict_of(margins: Sequence[tuple[float, float] | None], lam: float, tau: float,
                  kind: str = "rule") -> Verdict:
     """:meth:`Policy.verdict` of the policy ``kind`` over ``(M_prior, M_bind)`` tuples."""
     return Policy.of(kind, lam, tau, drop_unused=True).verdict(
@@ -458,13 +458,13 @@ kinds = st.sampled_from(KINDS)
 @given(pair=pairs, lam=lams, tau=finite, kind=kinds)
 def test_one_candidate_verdict_is_its_margin(pair: tuple[float, float], lam: float, tau: float,
                                              kind: str) -> None:
-    verdict = decide_among([pair], lam, tau, kind)
+    verdict = verdict_of([pair], lam, tau, kind)
     m = {"rule": pair[0] + lam * pair[1], "weighted_bind": lam * pair[1],
          "prior_only": pair[0]}[kind]
     assert verdict.margins is not None and verdict.margins.m == m
     assert (verdict.margins.m_prior, verdict.margins.m_bind) == pair
     assert verdict.choice == ("rag" if m > tau else "direct")
-    assert decide_among([None, pair, None], lam, tau, kind).choice == verdict.choice
+    assert verdict_of([None, pair, None], lam, tau, kind).choice == verdict.choice
 
 
 @settings(max_examples=200, deadline=None)
@@ -475,17 +475,17 @@ def test_a_candidate_below_all_others_and_tau_changes_nothing(
     margins: list[tuple[float, float]], lam: float, tau: float, kind: str, place: int,
     gap: float, bind: float,
 ) -> None:
-    before = decide_among(margins, lam, tau, kind)
-    ms = [decide_among([p], lam, tau, kind).margins.m for p in margins]  # type: ignore[union-attr]
+    before = verdict_of(margins, lam, tau, kind)
+    ms = [verdict_of([p], lam, tau, kind).margins.m for p in margins]  # type: ignore[union-attr]
     floor = min([*ms, tau]) - gap
     # A new candidate whose M is below every other and below tau.
     new = {"rule": (floor - lam * bind, bind),
            "weighted_bind": (bind, floor / lam if lam else 0.0),
            "prior_only": (floor, bind)}[kind]
-    new_m = decide_among([new], lam, tau, kind).margins.m  # type: ignore[union-attr]
+    new_m = verdict_of([new], lam, tau, kind).margins.m  # type: ignore[union-attr]
     assume(new_m < min([*ms, tau]))
     place = min(place, len(margins))
-    after = decide_among([*margins[:place], new, *margins[place:]], lam, tau, kind)
+    after = verdict_of([*margins[:place], new, *margins[place:]], lam, tau, kind)
     assert (after.choice, after.reason, after.margins) == (
         before.choice, before.reason, before.margins)
     assert before.candidate is not None
@@ -497,7 +497,7 @@ def test_a_candidate_below_all_others_and_tau_changes_nothing(
        kind=kinds)
 def test_the_verdict_is_the_rule_by_hand(margins: list[tuple[float, float]], lam: float,
                                          tau: float, kind: str) -> None:
-    verdict = decide_among(margins, lam, tau, kind)
+    verdict = verdict_of(margins, lam, tau, kind)
     hand = by_hand(margins, lam, tau, kind)
     assert (verdict.candidate if verdict.choice == "rag" else None) == hand
     assert verdict.reason == ("margin_above_tau" if hand is not None
@@ -516,7 +516,7 @@ def test_largest_margin_beats_every_other_candidate_pairwise(
 ) -> None:
     margins = [compute_margins(direct, c, lam) for c in candidates]
     # The verdict names the best-margin candidate whatever tau (a policy's tau is finite).
-    best = decide_among([(m.m_prior, m.m_bind) for m in margins], lam, 0.0).candidate
+    best = verdict_of([(m.m_prior, m.m_bind) for m in margins], lam, 0.0).candidate
     assert best is not None
     for j, other in enumerate(candidates):
         # M_best - M_j is the margin of best over j computed directly: Direct cancels.
@@ -526,10 +526,10 @@ def test_largest_margin_beats_every_other_candidate_pairwise(
 
 
 def test_ties_keep_the_earlier_candidate_and_nan_does_not_block() -> None:
-    assert decide_among([(1.0, 0.0), (1.0, 0.0)], 0.5, 0.0).candidate == 0
-    assert decide_among([None, (0.0, 2.0), (1.0, 0.0)], 0.5, 0.0).candidate == 1
-    nan = decide_among([(math.nan, 0.0), (1.0, 0.0)], 0.5, 0.0)
+    assert verdict_of([(1.0, 0.0), (1.0, 0.0)], 0.5, 0.0).candidate == 0
+    assert verdict_of([None, (0.0, 2.0), (1.0, 0.0)], 0.5, 0.0).candidate == 1
+    nan = verdict_of([(math.nan, 0.0), (1.0, 0.0)], 0.5, 0.0)
     assert (nan.choice, nan.candidate) == ("rag", 1)
-    assert decide_among([(math.nan, 0.0)], 0.5, 0.0).choice == "direct"
+    assert verdict_of([(math.nan, 0.0)], 0.5, 0.0).choice == "direct"
     with pytest.raises(ValueError, match="no candidate"):
-        decide_among([None, None], 0.5, 0.0)
+        verdict_of([None, None], 0.5, 0.0)

@@ -237,7 +237,7 @@ class TrustMargin:
         ``rag_candidates`` replaces ``rag_answer`` with several RAG-side candidates (texts,
         ``(name, text)`` pairs, or a name -> text mapping such as ``{"bm25": ..., "ircot":
         ...}``): the policy keeps Direct or the best of them
-        (:meth:`~trustmargin_integrations.rule.Policy.decide`) and nothing is generated for
+        (:meth:`~trustmargin_integrations.rule.Policy.verdict`) and nothing is generated for
         the RAG side. All of a question's candidates are scored in one model session call,
         so they share the prompts' caches. ``policy`` decides instead of the config's.
         """
@@ -396,7 +396,7 @@ class TrustMargin:
 
         A pairwise question is the one-candidate case of a multi-candidate one: the same
         settling, scoring and rule (:func:`~trustmargin_integrations.rule.settle_among`,
-        :meth:`~trustmargin_integrations.rule.Policy.decide`) give it today's pairwise
+        :meth:`~trustmargin_integrations.rule.Policy.verdict`) give it today's pairwise
         decision. A question with a ``fixed`` policy (one that keeps a side whatever the
         margins) is neither compared nor scored (:func:`.plan.plan_unscored`).
         """
