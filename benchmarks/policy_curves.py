@@ -32,7 +32,11 @@ import numpy as np
 
 from trustmargin_integrations.evaluation.bootstrap import grouped_bootstrap
 from trustmargin_integrations.evaluation.datasets import load_named
-from trustmargin_integrations.evaluation.diagnostics import Scored, score_decision, score_records
+from trustmargin_integrations.evaluation.diagnostics import (
+    GradedDecision,
+    score_decision,
+    score_records,
+)
 from trustmargin_integrations.evaluation.domain_check import check_policy
 from trustmargin_integrations.evaluation.learning_curve import (
     DEFAULT_SEEDS,
@@ -51,7 +55,7 @@ MIN_QUESTIONS = 50
 """Datasets with fewer questions (a run in progress) are skipped: half of them is too few."""
 
 
-def read_run(run_dir: Path, data_dir: Path | None) -> dict[str, list[Scored]]:
+def read_run(run_dir: Path, data_dir: Path | None) -> dict[str, list[GradedDecision]]:
     """Scored questions per dataset: from the manifest, or (a run in progress, ``data_dir``
     given) from the cache's decisions, whose ids are ``dataset:test_id``."""
     if (run_dir / "manifest.json").is_file() or data_dir is None:
@@ -63,7 +67,7 @@ def read_run(run_dir: Path, data_dir: Path | None) -> dict[str, list[Scored]]:
             if "decision" in value:
                 decision = Decision.model_validate(value["decision"])
                 decisions[str(decision.id)] = decision
-    out: dict[str, list[Scored]] = {}
+    out: dict[str, list[GradedDecision]] = {}
     for name in dict.fromkeys(ident.split(":", 1)[0] for ident in decisions):
         gold = {e.id: e.answers for e in load_named(name, data_dir)}
         out[name] = [score_decision(d, gold[ident.split(":", 1)[1]])

@@ -13,8 +13,7 @@ from trustmargin_integrations import (
     TrustMarginConfig,
 )
 from trustmargin_integrations.backends.hf import HFBackend
-from trustmargin_integrations.rule import compute_margins
-from trustmargin_integrations.rule.positional import decide
+from trustmargin_integrations.rule import Policy, compute_margins
 from trustmargin_integrations.schema import Passage
 
 PASSAGES = [
@@ -30,7 +29,7 @@ def test_given_candidates_are_scored_and_decided_by_the_rule(tm: TrustMargin) ->
     assert d.direct_likelihoods and d.rag_likelihoods
     recomputed = compute_margins(d.direct_likelihoods, d.rag_likelihoods, 0.5)
     assert d.m == pytest.approx(recomputed.m)
-    assert d.source == decide(recomputed.m_prior, recomputed.m_bind, 0.5, -1.5).choice
+    assert d.source == Policy.paper().verdict([recomputed]).choice
     # The evidence names Okonkwo, so the context must raise her likelihood over Eiffel's.
     assert d.m_bind is not None and d.m_bind > 0
     assert d.passages_used == 2 and d.model_id == "smollm2-135m"

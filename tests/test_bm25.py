@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from trustmargin_integrations import BM25Index, InvalidInputError, Passage, load_corpus
+from trustmargin_integrations import BM25Index, InvalidInputError, Passage
+from trustmargin_integrations.retrieval import load_corpus
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "data" / "raw" / "hipporag" / \
     "2wikimultihopqa_corpus.json"

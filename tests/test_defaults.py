@@ -224,10 +224,8 @@ def test_the_builders_take_the_wrapped_object_and_the_arbiter_positionally(
     assert retriever.retriever is index and retriever.k == 1
     assert TrustMarginRouter(tm).tm is tm  # positional, like TrustMarginQueryEngine(qe, tm)
     llm = LocalLLM.from_trustmargin(tm, max_new_tokens=4)
-    # The order before this release, (retriever, closed_book, rag, router), is a typed error.
-    with pytest.raises(InvalidInputError, match="by name") as err:
-        build_trustmargin_chain(index, llm, llm, TrustMarginRouter(tm))
-    assert "closed_book=" in err.value.fix
+    with pytest.raises(TypeError):  # the candidates are keywords
+        build_trustmargin_chain(index, llm, llm, TrustMarginRouter(tm))  # type: ignore[misc]
     with pytest.raises(TypeError):  # options are keywords
         TrustMarginRetrieverQueryEngine(index, tm, 2)  # type: ignore[misc]
 

@@ -62,8 +62,8 @@ def test_replay_at_the_default_reproduces_the_recorded_choice() -> None:
 
 def test_ablations_replay_single_margins() -> None:
     first = CASES[0][0]
-    assert replay(first, variant="no_prior") == "rag"     # 0.5 * 1.0 > -1.5
-    assert replay(first, variant="no_bind") == "direct"   # -3.0 <= -1.5
+    assert replay(first, kind="weighted_bind") == "rag"  # 0.5 * 1.0 > -1.5
+    assert replay(first, kind="prior_only") == "direct"  # -3.0 <= -1.5
     blank = _decision("", "Lyon", reason="direct_answer_blank")
     assert replay(blank, lambda_bind=0.0, tau=100.0) == "rag"  # no threshold picks a blank answer
 

@@ -1,13 +1,21 @@
-"""The one decision rule (rule/policies.py, here through its positional form) against
-hand-computed values, and its three users: the arbiter's verdict, its replay (rule.replay: the
-lambda x tau grid) and kept_rag."""
+"""The one decision rule (rule/policies.py, ``Policy.verdict``) against hand-computed
+values, and its three users: the arbiter's verdict, its replay (rule.replay: the lambda x tau
+grid) and kept_rag."""
 
 from __future__ import annotations
 
 import pytest
 
-from trustmargin_integrations.rule import SETTLED, compute_margins, settle, settle_among
-from trustmargin_integrations.rule.positional import decide
+from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.rule import (
+    SETTLED,
+    MarginPair,
+    Policy,
+    Verdict,
+    compute_margins,
+    settle,
+    settle_among,
+)
 from trustmargin_integrations.rule.replay import kept_rag, replay
 from trustmargin_integrations.schema import Decision, ViewLikelihoods
 
@@ -16,14 +24,21 @@ def views(q: float, qc: float, c: float) -> ViewLikelihoods:
     return ViewLikelihoods(question_only=q, question_context=qc, context_only=c, num_tokens=3)
 
 
+def verdict_of(m_prior: float, m_bind: float, lambda_bind: float, tau: float,
+           kind: str = "rule") -> Verdict:
+    """The verdict of the policy ``kind`` over one candidate's margins."""
+    return Policy.of(kind, lambda_bind, tau, drop_unused=True).verdict(
+        [MarginPair(m_prior, m_bind)])
+
+
 def test_margins_match_hand_computation() -> None:
     # l_D(y_D)=-0.5, l_R(y_D)=-1.0, l_C(y_D)=-2.0 ; l_D(y_R)=-1.5, l_R(y_R)=-0.2, l_C(y_R)=-0.4
     m = compute_margins(views(-0.5, -1.0, -2.0), views(-1.5, -0.2, -0.4), lambda_bind=0.5)
     assert m.m_prior == pytest.approx(-1.0)  # -1.5 - (-0.5)
     assert m.m_bind == pytest.approx(-0.8)  # (-0.2 + 0.4) - (-1.0 + 2.0) = 0.2 - 1.0
     assert m.m == pytest.approx(-1.4)  # -1.0 + 0.5 * -0.8
-    assert decide(m.m_prior, m.m_bind, 0.5, tau=-1.5).choice == "rag"
-    assert decide(m.m_prior, m.m_bind, 0.5, tau=-1.0).choice == "direct"
+    assert verdict_of(m.m_prior, m.m_bind, 0.5, tau=-1.5).choice == "rag"
+    assert verdict_of(m.m_prior, m.m_bind, 0.5, tau=-1.0).choice == "direct"
 
 
 def test_lambda_weights_only_the_binding_margin() -> None:
@@ -36,16 +51,17 @@ def test_lambda_weights_only_the_binding_margin() -> None:
 
 def test_tie_at_tau_keeps_direct() -> None:
     # M exactly equal to tau must keep the Direct answer (strict inequality in the paper).
-    verdict = decide(-1.5, 0.0, 0.5, tau=-1.5)
+    verdict = verdict_of(-1.5, 0.0, 0.5, tau=-1.5)
     assert (verdict.choice, verdict.reason) == ("direct", "margin_at_or_below_tau")
-    assert decide(-1.5 + 1e-9, 0.0, 0.5, tau=-1.5).choice == "rag"
+    assert verdict_of(-1.5 + 1e-9, 0.0, 0.5, tau=-1.5).choice == "rag"
 
 
 def test_ablations_drop_one_margin() -> None:
-    assert decide(-3.0, 4.0, 0.5, -1.5, "no_prior").margins.m == pytest.approx(2.0)  # type: ignore[union-attr]
-    assert decide(-3.0, 4.0, 0.5, -1.5, "no_bind").choice == "direct"
-    with pytest.raises(ValueError, match="variant"):
-        decide(0.0, 0.0, 0.5, 0.0, "other")  # type: ignore[arg-type]
+    assert verdict_of(-3.0, 4.0, 0.5, -1.5, "weighted_bind").margins.m == pytest.approx(2.0)  # type: ignore[union-attr]
+    assert verdict_of(-3.0, 4.0, 0.5, -1.5, "prior_only").choice == "direct"
+    for old in ("no_prior", "no_bind", "full", "paper", "fitted"):  # no second vocabulary
+        with pytest.raises(InvalidInputError, match="unknown policy"):
+            verdict_of(0.0, 0.0, 0.5, 0.0, old)
 
 
 def test_identical_answers_have_zero_margins() -> None:
@@ -116,8 +132,8 @@ def test_replay_uses_the_same_rule_and_keeps_settled_outcomes() -> None:
     assert replay(d) == "rag" and kept_rag(d)
     assert replay(d, tau=-1.0) == "direct"
     assert replay(d, lambda_bind=0.0, tau=-1.2) == "rag"  # M = -1.0
-    assert replay(d, variant="no_bind", tau=-1.1) == "rag"  # M = M_prior = -1.0
-    assert replay(d, variant="no_bind", tau=-0.9) == "direct"
+    assert replay(d, kind="prior_only", tau=-1.1) == "rag"  # M = M_prior = -1.0
+    assert replay(d, kind="prior_only", tau=-0.9) == "direct"
     settled = _decision(reason="no_evidence")
     assert replay(settled, tau=-100.0) == "direct" and not kept_rag(settled)
     assert kept_rag(_decision(reason="answers_agree", source="agree"))

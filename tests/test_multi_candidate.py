@@ -1,4 +1,4 @@
-"""Arbitration among several RAG candidates: the rule (margins.decide_among), its records and
+"""Arbitration among several RAG candidates: the rule (Policy.verdict), its records and
 replay, and the arbiter on the real model, checked against pairwise arbitration."""
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ from trustmargin_integrations.backends.base import (
 )
 from trustmargin_integrations.backends.hf import HFBackend
 from trustmargin_integrations.demo import demo_corpus
-from trustmargin_integrations.rule import compute_margins
-from trustmargin_integrations.rule.positional import decide, decide_among
+from trustmargin_integrations.rule import MarginPair, Policy, Verdict, compute_margins
 from trustmargin_integrations.rule.replay import replay, replay_answer, replay_winner
 from trustmargin_integrations.schema import Decision, ViewLikelihoods
 
@@ -70,15 +69,26 @@ class Spy:
             yield SpySession(inner, self)
 
 
+KINDS = ("rule", "weighted_bind", "prior_only")
+"""The margin rule and its two ablations (w/o M_prior, w/o M_bind)."""
+
+
+def verdict_of(margins: Sequence[tuple[float, float] | None], lam: float, tau: float,
+                 kind: str = "rule") -> Verdict:
+    """:meth:`Policy.verdict` of the policy ``kind`` over ``(M_prior, M_bind)`` tuples."""
+    return Policy.of(kind, lam, tau, drop_unused=True).verdict(
+        [None if m is None else MarginPair(*m) for m in margins])
+
+
 def by_hand(margins: Sequence[tuple[float, float] | None], lam: float, tau: float,
-            variant: str = "full") -> int | None:
+            kind: str = "rule") -> int | None:
     """The documented rule, written out independently: the index kept, None for Direct."""
     best, best_m = None, -math.inf
     for i, pair in enumerate(margins):
         if pair is None:
             continue
-        m = {"full": pair[0] + lam * pair[1], "no_prior": lam * pair[1],
-             "no_bind": pair[0]}[variant]
+        m = {"rule": pair[0] + lam * pair[1], "weighted_bind": lam * pair[1],
+             "prior_only": pair[0]}[kind]
         if best is None or m > best_m:
             best, best_m = i, m
     return best if best is not None and best_m > tau else None
@@ -240,15 +250,15 @@ def test_replay_over_the_grid_is_the_rule_by_hand(
         assert again == d
         margins = [(p.m_prior, p.m_bind) for p in pairs]
         outcomes: set[int | None] = set()
-        for variant in ("full", "no_prior", "no_bind"):
+        for kind in KINDS:
             for lam in (0.0, 0.25, 0.5, 1.0, 2.0, 4.0):
                 for tau in (-3.0, -1.5, -0.5, 0.0, 0.5, 1.0, 2.0, 4.0):
-                    hand = by_hand(margins, lam, tau, variant)  # type: ignore[arg-type]
-                    got = replay_winner(again, lambda_bind=lam, tau=tau, variant=variant)  # type: ignore[arg-type]
-                    assert got == hand, (variant, lam, tau)
-                    assert replay(again, lambda_bind=lam, tau=tau, variant=variant) == (  # type: ignore[arg-type]
+                    hand = by_hand(margins, lam, tau, kind)  # type: ignore[arg-type]
+                    got = replay_winner(again, lambda_bind=lam, tau=tau, kind=kind)
+                    assert got == hand, (kind, lam, tau)
+                    assert replay(again, lambda_bind=lam, tau=tau, kind=kind) == (
                         "direct" if hand is None else "rag")
-                    assert replay_answer(again, lambda_bind=lam, tau=tau, variant=variant) == (  # type: ignore[arg-type]
+                    assert replay_answer(again, lambda_bind=lam, tau=tau, kind=kind) == (
                         d.direct_answer if hand is None else d.rag_candidates[hand].answer)
                     outcomes.add(hand)
         reached.append(outcomes)
@@ -441,41 +451,41 @@ def test_old_records_load_and_replay_unchanged() -> None:
 finite = st.floats(min_value=-50, max_value=50, allow_nan=False)
 pairs = st.tuples(finite, finite)
 lams = st.floats(min_value=0, max_value=5, allow_nan=False)
-variants = st.sampled_from(["full", "no_prior", "no_bind"])
+kinds = st.sampled_from(KINDS)
 
 
 @settings(max_examples=200, deadline=None)
-@given(pair=pairs, lam=lams, tau=finite, variant=variants)
-def test_one_candidate_is_decide(pair: tuple[float, float], lam: float, tau: float,
-                                 variant: Any) -> None:
-    verdict = decide_among([pair], lam, tau, variant)
-    assert verdict == decide(*pair, lam, tau, variant)
-    m = {"full": pair[0] + lam * pair[1], "no_prior": lam * pair[1], "no_bind": pair[0]}[variant]
+@given(pair=pairs, lam=lams, tau=finite, kind=kinds)
+def test_one_candidate_verdict_is_its_margin(pair: tuple[float, float], lam: float, tau: float,
+                                             kind: str) -> None:
+    verdict = verdict_of([pair], lam, tau, kind)
+    m = {"rule": pair[0] + lam * pair[1], "weighted_bind": lam * pair[1],
+         "prior_only": pair[0]}[kind]
     assert verdict.margins is not None and verdict.margins.m == m
     assert (verdict.margins.m_prior, verdict.margins.m_bind) == pair
     assert verdict.choice == ("rag" if m > tau else "direct")
-    assert decide_among([None, pair, None], lam, tau, variant).choice == decide(
-        *pair, lam, tau, variant).choice
+    assert verdict_of([None, pair, None], lam, tau, kind).choice == verdict.choice
 
 
 @settings(max_examples=200, deadline=None)
 @given(margins=st.lists(pairs, min_size=1, max_size=6), lam=lams, tau=finite,
-       variant=variants, place=st.integers(min_value=0, max_value=6), gap=st.floats(0.01, 10),
+       kind=kinds, place=st.integers(min_value=0, max_value=6), gap=st.floats(0.01, 10),
        bind=finite)
 def test_a_candidate_below_all_others_and_tau_changes_nothing(
-    margins: list[tuple[float, float]], lam: float, tau: float, variant: Any, place: int,
+    margins: list[tuple[float, float]], lam: float, tau: float, kind: str, place: int,
     gap: float, bind: float,
 ) -> None:
-    before = decide_among(margins, lam, tau, variant)
-    ms = [decide_among([p], lam, tau, variant).margins.m for p in margins]  # type: ignore[union-attr]
+    before = verdict_of(margins, lam, tau, kind)
+    ms = [verdict_of([p], lam, tau, kind).margins.m for p in margins]  # type: ignore[union-attr]
     floor = min([*ms, tau]) - gap
     # A new candidate whose M is below every other and below tau.
-    new = {"full": (floor - lam * bind, bind), "no_prior": (bind, floor / lam if lam else 0.0),
-           "no_bind": (floor, bind)}[variant]
-    new_m = decide_among([new], lam, tau, variant).margins.m  # type: ignore[union-attr]
+    new = {"rule": (floor - lam * bind, bind),
+           "weighted_bind": (bind, floor / lam if lam else 0.0),
+           "prior_only": (floor, bind)}[kind]
+    new_m = verdict_of([new], lam, tau, kind).margins.m  # type: ignore[union-attr]
     assume(new_m < min([*ms, tau]))
     place = min(place, len(margins))
-    after = decide_among([*margins[:place], new, *margins[place:]], lam, tau, variant)
+    after = verdict_of([*margins[:place], new, *margins[place:]], lam, tau, kind)
     assert (after.choice, after.reason, after.margins) == (
         before.choice, before.reason, before.margins)
     assert before.candidate is not None
@@ -484,11 +494,11 @@ def test_a_candidate_below_all_others_and_tau_changes_nothing(
 
 @settings(max_examples=200, deadline=None)
 @given(margins=st.lists(pairs, min_size=1, max_size=6), lam=lams, tau=finite,
-       variant=variants)
-def test_decide_among_is_the_rule_by_hand(margins: list[tuple[float, float]], lam: float,
-                                          tau: float, variant: Any) -> None:
-    verdict = decide_among(margins, lam, tau, variant)
-    hand = by_hand(margins, lam, tau, variant)
+       kind=kinds)
+def test_the_verdict_is_the_rule_by_hand(margins: list[tuple[float, float]], lam: float,
+                                         tau: float, kind: str) -> None:
+    verdict = verdict_of(margins, lam, tau, kind)
+    hand = by_hand(margins, lam, tau, kind)
     assert (verdict.candidate if verdict.choice == "rag" else None) == hand
     assert verdict.reason == ("margin_above_tau" if hand is not None
                               else "margin_at_or_below_tau")
@@ -506,7 +516,7 @@ def test_largest_margin_beats_every_other_candidate_pairwise(
 ) -> None:
     margins = [compute_margins(direct, c, lam) for c in candidates]
     # The verdict names the best-margin candidate whatever tau (a policy's tau is finite).
-    best = decide_among([(m.m_prior, m.m_bind) for m in margins], lam, 0.0).candidate
+    best = verdict_of([(m.m_prior, m.m_bind) for m in margins], lam, 0.0).candidate
     assert best is not None
     for j, other in enumerate(candidates):
         # M_best - M_j is the margin of best over j computed directly: Direct cancels.
@@ -516,10 +526,10 @@ def test_largest_margin_beats_every_other_candidate_pairwise(
 
 
 def test_ties_keep_the_earlier_candidate_and_nan_does_not_block() -> None:
-    assert decide_among([(1.0, 0.0), (1.0, 0.0)], 0.5, 0.0).candidate == 0
-    assert decide_among([None, (0.0, 2.0), (1.0, 0.0)], 0.5, 0.0).candidate == 1
-    nan = decide_among([(math.nan, 0.0), (1.0, 0.0)], 0.5, 0.0)
+    assert verdict_of([(1.0, 0.0), (1.0, 0.0)], 0.5, 0.0).candidate == 0
+    assert verdict_of([None, (0.0, 2.0), (1.0, 0.0)], 0.5, 0.0).candidate == 1
+    nan = verdict_of([(math.nan, 0.0), (1.0, 0.0)], 0.5, 0.0)
     assert (nan.choice, nan.candidate) == ("rag", 1)
-    assert decide_among([(math.nan, 0.0)], 0.5, 0.0).choice == "direct"
+    assert verdict_of([(math.nan, 0.0)], 0.5, 0.0).choice == "direct"
     with pytest.raises(ValueError, match="no candidate"):
-        decide_among([None, None], 0.5, 0.0)
+        verdict_of([None, None], 0.5, 0.0)

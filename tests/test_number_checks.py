@@ -19,11 +19,7 @@ from typer.testing import CliRunner
 
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.cli import app
-from trustmargin_integrations.config import (
-    LAMBDA_BIND_LIMIT,
-    TAU_LIMIT,
-    TrustMarginConfig,
-)
+from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.langchain import TrustMarginRouter
 from trustmargin_integrations.rule.replay import replay, replay_answer, replay_winner
@@ -34,6 +30,7 @@ from trustmargin_integrations.schema import (
     RagCandidate,
     ViewLikelihoods,
 )
+from trustmargin_integrations.vocabulary import LAMBDA_BIND_LIMIT, TAU_LIMIT
 
 NON_FINITE = [math.nan, math.inf, -math.inf]
 runner = CliRunner()

@@ -17,7 +17,7 @@ import pytest
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation import domain_check
 from trustmargin_integrations.evaluation import policy_selection as policy_module
-from trustmargin_integrations.evaluation.diagnostics import Scored, score_decision
+from trustmargin_integrations.evaluation.diagnostics import GradedDecision, score_decision
 from trustmargin_integrations.evaluation.domain_check import PolicyCheckResult, check_policy
 from trustmargin_integrations.evaluation.learning_curve import curve_rows, curve_samples
 from trustmargin_integrations.evaluation.policy_selection import (
@@ -27,8 +27,7 @@ from trustmargin_integrations.evaluation.policy_selection import (
 )
 from trustmargin_integrations.evaluation.rule_fit import Problem, assign_folds
 from trustmargin_integrations.prompts import PROMPT_VERSION
-from trustmargin_integrations.rule import Policy, Verdict, settle_among
-from trustmargin_integrations.rule.positional import apply_policy, decide_among
+from trustmargin_integrations.rule import MarginPair, Policy, Verdict, apply_policy, settle_among
 from trustmargin_integrations.rule.replay import replay
 from trustmargin_integrations.schema import Decision
 
@@ -50,7 +49,7 @@ def _decision(m_prior: float, m_bind: float, *, reason: str | None = None) -> De
         prompt_version=PROMPT_VERSION))
 
 
-def _questions(n: int, seed: int, gold: str, settled_every: int = 0) -> list[Scored]:
+def _questions(n: int, seed: int, gold: str, settled_every: int = 0) -> list[GradedDecision]:
     """``n`` scored questions with random margins; ``gold`` is "rag" (RAG's answer is always
     right), "direct" (Direct's is) or "rule" (RAG's exactly when M_prior + 1.2 M_bind > -0.7).
     """
@@ -79,7 +78,7 @@ def _questions(n: int, seed: int, gold: str, settled_every: int = 0) -> list[Sco
     (lambda: Policy.fitted(True, -1.0), "policy.lambda_bind"),
     (lambda: Policy.of("bind_only", lambda_bind=0.5, tau=-1.0), "policy.lambda_bind"),
     (lambda: Policy.of("always_rag", tau=0.0), "policy.tau"),
-    (lambda: Policy.of("paper", 0.4, -1.5), "policy"),
+    (lambda: Policy.of("paper", 0.5, -1.5), "policy.kind"),  # one vocabulary: "rule"
     (lambda: Policy.of("sometimes_rag"), "policy.kind"),
 ])
 def test_bad_policies_are_refused_with_a_typed_error(make: object, field: str) -> None:
@@ -91,7 +90,7 @@ def test_bad_policies_are_refused_with_a_typed_error(make: object, field: str) -
 def test_paper_policy_carries_the_paper_numbers_and_serialises() -> None:
     paper = Policy.paper()
     assert (paper.lambda_bind, paper.tau) == (0.5, -1.5)
-    assert Policy.of("paper", 0.5, -1.5) == paper == Policy.of("rule", 0.5, -1.5)
+    assert paper == Policy.of("rule", 0.5, -1.5)
     assert Policy.bind_only(-3).label == "M_bind > -3"
     with pytest.raises(NotImplementedError, match="combines no margins"):
         Policy.always_rag().margin(0.0, 0.0)
@@ -101,7 +100,7 @@ def test_paper_policy_carries_the_paper_numbers_and_serialises() -> None:
 
 
 def _by_hand(policy: Policy, margins: list[tuple[float, float] | None]) -> tuple[str, int | None]:
-    """The policy's choice computed from its definition, without decide_among."""
+    """The policy's choice computed from its definition, without Policy.verdict."""
     if policy.kind == "always_direct":
         return "direct", None
     weight = policy.lambda_bind if policy.kind == "rule" else None
@@ -118,6 +117,10 @@ def _by_hand(policy: Policy, margins: list[tuple[float, float] | None]) -> tuple
     return ("rag", best_i) if best_m > tau else ("direct", None)
 
 
+def _pairs(margins: list[tuple[float, float] | None]) -> list[MarginPair | None]:
+    return [None if m is None else MarginPair(*m) for m in margins]
+
+
 MARGINS = [(-2.0, 1.0), (0.5, -3.5), (-4.0, 6.0), (1.0, 1.0), (-1.0, -1.0), (-1.25, -0.5)]
 
 
@@ -127,9 +130,9 @@ def test_every_policy_agrees_with_the_rule_by_hand(policy: Policy) -> None:
     cases += [list(c) for c in itertools.permutations(MARGINS[:4], 3)]  # several candidates
     cases += [[None, MARGINS[0], None, MARGINS[2]], [MARGINS[3], MARGINS[3]]]  # blank, tie
     for margins in cases:
-        out = apply_policy(policy, margins)
+        out = apply_policy(policy, _pairs(margins))
         assert (out.choice, out.candidate) == _by_hand(policy, margins), margins
-        assert out.paper == decide_among(margins, 0.5, -1.5)  # the audit's paper verdict
+        assert out.paper == Policy.paper().verdict(_pairs(margins))  # the audit's paper verdict
         assert out.agrees_with_paper == ((out.choice, out.candidate)
                                          == _by_hand(Policy.paper(), margins))
         assert out.reason.startswith("policy_always_") == (not policy.uses_margins)
@@ -162,7 +165,7 @@ def test_the_table_replays_every_policy_as_apply_policy_does() -> None:
         for s, picked in zip(scored, rag, strict=True):
             d = s.decision
             settled = (Verdict(replay(d), d.reason) if d.m_prior is None else None)
-            margins = [None] if settled else [(d.m_prior, d.m_bind)]
+            margins = [None] if settled else [MarginPair(d.m_prior, d.m_bind)]
             assert picked == (apply_policy(policy, margins, settled).choice == "rag")
         assert table.score(policy, range(len(scored))) == pytest.approx(
             np.mean([s.f1("rag" if r else "direct") for s, r in zip(scored, rag, strict=True)]))

@@ -17,8 +17,7 @@ from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.evaluation.diagnostics import method_scores, score_records
 from trustmargin_integrations.evaluation.domain_check import PolicyCheckResult, check_policy
 from trustmargin_integrations.evaluation.policy_selection import PolicyTable
-from trustmargin_integrations.rule import SETTLED, Policy, Verdict
-from trustmargin_integrations.rule.positional import apply_policy
+from trustmargin_integrations.rule import SETTLED, MarginPair, Policy, Verdict, apply_policy
 from trustmargin_integrations.rule.replay import replay
 
 QUESTIONS = ("q00", "q02", "q04", "q05", "q09", "q11", "q14", "q16")
@@ -60,7 +59,7 @@ def test_check_on_a_real_run_replays_the_arbiters_rule(tm: TrustMargin, tmp_path
         for s, rag in zip(scored, picks, strict=True):
             d = s.decision
             settled = Verdict(SETTLED[d.reason], d.reason) if d.reason in SETTLED else None
-            margins = [None] if settled else [(d.m_prior, d.m_bind)]
+            margins = [None] if settled else [MarginPair(d.m_prior, d.m_bind)]
             verdict = apply_policy(policy, margins, settled)
             assert rag == (verdict.choice == "rag")
             if policy == Policy.paper():

@@ -104,7 +104,7 @@ def test_replay_reproduces_the_decision_made_and_replays_the_rule_with_arguments
     # With arguments: the margin rule, as the calibration grid and the ablations need.
     assert replay(rag, lambda_bind=0.5, tau=-1.5) == replay(paper) == "direct"
     assert replay(rag, tau=-100.0) == "rag"
-    assert replay(rag, variant="no_bind") == replay(paper, variant="no_bind")
+    assert replay(rag, kind="prior_only") == replay(paper, kind="prior_only")
     assert paper.m_bind is not None
     bind = _with_policy(tm, "bind_only", tau=paper.m_bind - 0.01).arbitrate(
         QUESTION, PASSAGES, DIRECT, RAG)

@@ -4,17 +4,20 @@ deliberate API change made here too, not a side effect of an edit elsewhere."""
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 import pytest
 
+import trustmargin_integrations
+
+ROOT_LIMIT = 15
+"""The most names the root package exports: a small surface on purpose."""
+
 PINNED = {
-    "trustmargin_integrations": [
-        "ArbitrationInput", "BM25Index", "Backend", "BackendError", "CacheCorruptError",
-        "Decision", "InvalidInputError", "Margins", "ModelLoadError", "PROMPT_VERSION", "Passage",
-        "PassageRef", "Policy", "Retriever", "Timings", "TrustMargin", "TrustMarginConfig",
-        "TrustMarginError", "Verdict", "ViewLikelihoods", "ViewPrompts", "answers_agree",
-        "check_chain", "clean_answer", "compute_margins", "decide", "load_corpus",
-        "normalize_answer", "settle",
+    "trustmargin_integrations": [  # at most 15: what a user of the plug-in calls
+        "BM25Index", "BackendError", "Decision", "InvalidInputError", "Margins", "ModelLoadError",
+        "Passage", "Policy", "Retriever", "TrustMargin", "TrustMarginConfig", "TrustMarginError",
+        "Verdict", "check_chain",
     ],
     "trustmargin_integrations.arbiter": [
         "Evidence", "PreparedQuestion", "TrustMargin",
@@ -73,11 +76,11 @@ PINNED = {
         "iter_dpr_tsv", "read_corpus", "search_body",
     ],
     "trustmargin_integrations.rule": [
-        "AlwaysDirect", "AlwaysRag", "BindOnly", "Choice", "HasMargins", "LEGACY_NAMES",
-        "MarginPair", "Margins", "PAPER_LAMBDA_BIND", "PAPER_TAU", "POLICIES", "Policy",
-        "PolicyName", "PolicyRecord", "PolicyVerdict", "PriorOnly", "Reason", "Rule", "SETTLED",
-        "ThreeViews", "Verdict", "WeightedBind", "apply_policy", "compute_margins", "exceeds",
-        "known_policy_name", "settle", "settle_among",
+        "AlwaysDirect", "AlwaysRag", "BindOnly", "HasMargins", "MarginPair", "Margins",
+        "PAPER_LAMBDA_BIND", "PAPER_TAU", "POLICIES", "Policy", "PolicyName", "PolicyRecord",
+        "PolicyVerdict", "PriorOnly", "Rule", "SETTLED", "ThreeViews", "Verdict", "WeightedBind",
+        "apply_policy", "compute_margins", "exceeds", "known_policy_name", "settle",
+        "settle_among",
     ],
 }
 
@@ -90,3 +93,25 @@ def test_public_names_are_pinned(package: str) -> None:
     module = importlib.import_module(package)
     assert sorted(module.__all__) == PINNED[package]
     assert len(set(module.__all__)) == len(module.__all__)
+
+
+def test_every_package_is_pinned() -> None:
+    """A new package (a folder with an ``__init__``) gets its surface pinned here too."""
+    root = Path(trustmargin_integrations.__file__).parent
+    packages = {".".join(("trustmargin_integrations", *init.parent.relative_to(root).parts))
+                for init in root.rglob("__init__.py")}
+    assert packages == set(PINNED)
+
+
+def test_the_root_surface_is_small() -> None:
+    assert len(PINNED["trustmargin_integrations"]) <= ROOT_LIMIT
+
+
+@pytest.mark.parametrize("name", ["decide", "decide_among", "LEGACY_NAMES", "Choice",
+                                  "DecisionPolicy", "DecisionReason", "Variant"])
+def test_removed_names_stay_removed(name: str) -> None:
+    """One name per concept: the shims and second names of 0.1.0 are gone everywhere."""
+    for package in ("trustmargin_integrations", "trustmargin_integrations.rule",
+                    "trustmargin_integrations.rule.replay", "trustmargin_integrations.config",
+                    "trustmargin_integrations.schema", "trustmargin_integrations.vocabulary"):
+        assert not hasattr(importlib.import_module(package), name), (package, name)

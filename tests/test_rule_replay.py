@@ -57,7 +57,7 @@ def test_own_policy_reproduces_choice_reason_and_margins_to_the_bit(
         margins = recorded_margins(d)
         if margins is None:
             continue
-        verdict = own_policy(d).decide(margins)
+        verdict = own_policy(d).verdict(margins)
         assert verdict.reason == d.reason
         shown = d.rag_candidates[verdict.candidate] if d.rag_candidates else d
         assert verdict.candidate is not None and shown.m_prior == d.m_prior
@@ -65,15 +65,21 @@ def test_own_policy_reproduces_choice_reason_and_margins_to_the_bit(
             assert verdict.margins is not None and verdict.margins.m == d.m  # bit for bit
 
 
+FIXTURE_NAMES = {"full": "rule", "no_prior": "weighted_bind", "no_bind": "prior_only",
+                 "paper": "rule", "fitted": "rule"}
+"""The fixture's old policy names and the policy each one is."""
+
+
 def test_grid_and_policy_replays_equal_the_old_code(recorded: dict[str, Any]) -> None:
-    # Old names (Decision.replay's variants, the calibration files' "paper"/"fitted") load
-    # as the policies they are.
-    grid = [Policy.of(variant, lam, tau, drop_unused=True)
-            for lam, tau, variant in recorded["grid"]]
-    policies = [Policy.of(p["kind"], p["lambda_bind"], p["tau"]) for p in recorded["policies"]]
+    # The fixture names the policies as the old code did (its replay variants, the calibration
+    # files' "paper"/"fitted"); the package reads only the policies' own names.
+    grid = [Policy.of(FIXTURE_NAMES.get(old, old), lam, tau, drop_unused=True)
+            for lam, tau, old in recorded["grid"]]
+    policies = [Policy.of(FIXTURE_NAMES.get(p["kind"], p["kind"]), p["lambda_bind"], p["tau"])
+                for p in recorded["policies"]]
     for r in recorded["records"]:
         d = Decision.model_validate_json(r["json"])
         assert [replay_winner(d, p) for p in grid] == r["replay_grid"]
         assert [replay_winner(d, p) for p in policies] == r["replay_policies"]
-        assert [replay_answer(d, lambda_bind=lam, tau=tau, variant=variant)
-                for lam, tau, variant in recorded["grid"]] == r["answers_grid"]
+        assert [replay_answer(d, lambda_bind=lam, tau=tau, kind=FIXTURE_NAMES[old])
+                for lam, tau, old in recorded["grid"]] == r["answers_grid"]

@@ -17,7 +17,6 @@ from pydantic import ValidationError
 from score_support import PASSAGE, QUESTION
 
 from trustmargin_integrations import (
-    ArbitrationInput,
     BM25Index,
     InvalidInputError,
     Passage,
@@ -26,6 +25,7 @@ from trustmargin_integrations import (
     validation,
 )
 from trustmargin_integrations.arbiter import comparisons
+from trustmargin_integrations.validation import ArbitrationInput
 
 
 def _counting(monkeypatch: pytest.MonkeyPatch, module: Any, name: str,

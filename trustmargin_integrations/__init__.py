@@ -28,81 +28,50 @@ from trustmargin_integrations._version import __version__ as __version__
 warnings.filterwarnings("ignore", message="IProgress not found", module=r"tqdm(\.|$)")
 
 if TYPE_CHECKING:
-    from trustmargin_integrations.answers import answers_agree, clean_answer, normalize_answer
     from trustmargin_integrations.arbiter import TrustMargin
-    from trustmargin_integrations.backends.base import Backend
     from trustmargin_integrations.cli.chain_check import check_chain
     from trustmargin_integrations.config import TrustMarginConfig
     from trustmargin_integrations.errors import (
         BackendError,
-        CacheCorruptError,
         InvalidInputError,
         ModelLoadError,
         TrustMarginError,
     )
-    from trustmargin_integrations.prompts import PROMPT_VERSION
-    from trustmargin_integrations.retrieval import BM25Index, Retriever, load_corpus
-    from trustmargin_integrations.rule import Margins, Policy, Verdict, compute_margins, settle
-    from trustmargin_integrations.rule.positional import decide
-    from trustmargin_integrations.schema import (
-        Decision,
-        Passage,
-        PassageRef,
-        Timings,
-        ViewLikelihoods,
-        ViewPrompts,
-    )
-    from trustmargin_integrations.validation import ArbitrationInput
+    from trustmargin_integrations.retrieval import BM25Index, Retriever
+    from trustmargin_integrations.rule import Margins, Policy, Verdict
+    from trustmargin_integrations.schema import Decision, Passage
 
+# What a user of the plug-in calls: the arbiter and its settings, what it reads (passages, a
+# retriever) and returns (the Decision; a policy's verdict and margins), the chain check, and
+# the errors to catch. Everything else is imported from its own subpackage.
 _MODULE_OF = {
-    "answers_agree": "answers", "clean_answer": "answers", "normalize_answer": "answers",
     "TrustMargin": "arbiter",
-    "check_chain": "cli.chain_check",
-    "Backend": "backends.base",
     "TrustMarginConfig": "config",
-    "BackendError": "errors", "CacheCorruptError": "errors", "InvalidInputError": "errors",
-    "ModelLoadError": "errors", "TrustMarginError": "errors",
-    "Margins": "rule", "Policy": "rule", "Verdict": "rule", "compute_margins": "rule",
-    "decide": "rule.positional", "settle": "rule",
-    "PROMPT_VERSION": "prompts",
-    "BM25Index": "retrieval", "Retriever": "retrieval", "load_corpus": "retrieval",
-    "ArbitrationInput": "validation", "Decision": "schema", "Passage": "schema",
-    "PassageRef": "schema", "Timings": "schema", "ViewLikelihoods": "schema",
-    "ViewPrompts": "schema",
+    "Decision": "schema", "Passage": "schema",
+    "Margins": "rule", "Policy": "rule", "Verdict": "rule",
+    "BM25Index": "retrieval", "Retriever": "retrieval",
+    "check_chain": "cli.chain_check",
+    "BackendError": "errors", "InvalidInputError": "errors", "ModelLoadError": "errors",
+    "TrustMarginError": "errors",
 }
 """Public name -> the module (under this package) that defines it."""
 
 # A literal list, so that type checkers and linters see the public names.
 __all__ = [
-    "PROMPT_VERSION",
-    "ArbitrationInput",
     "BM25Index",
-    "Backend",
     "BackendError",
-    "CacheCorruptError",
     "Decision",
     "InvalidInputError",
     "Margins",
     "ModelLoadError",
     "Passage",
-    "PassageRef",
     "Policy",
     "Retriever",
-    "Timings",
     "TrustMargin",
     "TrustMarginConfig",
     "TrustMarginError",
     "Verdict",
-    "ViewLikelihoods",
-    "ViewPrompts",
-    "answers_agree",
     "check_chain",
-    "clean_answer",
-    "compute_margins",
-    "decide",
-    "load_corpus",
-    "normalize_answer",
-    "settle",
 ]
 
 

@@ -1,8 +1,8 @@
 """Run-time settings of the arbiter (paper defaults).
 
 The bounds of the rule's numbers (``Tau``, ``LambdaBind``, :func:`check_rule_value`) are
-defined in :mod:`~trustmargin_integrations.vocabulary`, below the records, and re-exported
-here for the settings' readers."""
+defined in :mod:`~trustmargin_integrations.vocabulary`, below the records; import them from
+there."""
 
 from __future__ import annotations
 
@@ -12,19 +12,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trustmargin_integrations.errors import invalid_input, typed_error
 from trustmargin_integrations.rule import PAPER_LAMBDA_BIND, PAPER_TAU, Policy, PolicyName
-from trustmargin_integrations.vocabulary import (
-    LAMBDA_BIND_LIMIT,
-    RULE_VALUE_FIX,
-    TAU_LIMIT,
-    LambdaBind,
-    Tau,
-    check_rule_value,
-)
+from trustmargin_integrations.vocabulary import RULE_VALUE_FIX, LambdaBind, Tau
 
-__all__ = ["CHAT_MAX_NEW_TOKENS", "CHAT_MAX_NEW_TOKENS_LIMIT", "LAMBDA_BIND_LIMIT",
-           "PAPER_LAMBDA_BIND", "PAPER_TAU", "TAU_LIMIT", "DecisionPolicy", "LambdaBind",
-           "ScoringForm", "Tau", "TrustMarginConfig", "check_rule_value", "invalid_input",
-           "typed_error"]
+__all__ = ["CHAT_MAX_NEW_TOKENS", "CHAT_MAX_NEW_TOKENS_LIMIT", "ScoringForm",
+           "TrustMarginConfig"]
 
 CHAT_MAX_NEW_TOKENS: int = 256
 """New tokens per answer of the LLM wrappers (LangChain ``LocalLLM`` / ``LocalChatModel``,
@@ -34,13 +25,11 @@ paragraphs. The arbiter's own candidates are the paper's short answers instead
 CHAT_MAX_NEW_TOKENS_LIMIT: int = 8192
 """The most new tokens a wrapper may be asked for (the embedded model's whole window)."""
 
-DecisionPolicy = PolicyName
-"""Who decides a question the arbiter scores: a name of
-:data:`~trustmargin_integrations.rule.POLICIES` (``"rule"``, the paper's margin rule with the
-config's lambda_bind and tau, is the default)."""
-
 ScoringForm = Literal["differential", "extract", "paper"]
-"""How a candidate a user's chain produced is compared (``TrustMarginConfig.scoring_form``)."""
+"""How a candidate a user's chain produced is to be compared: the setting
+(``TrustMarginConfig.scoring_form``). What one decision did compare is recorded as a
+:data:`~trustmargin_integrations.schema.CompareForm`, which has more values (a generated
+candidate is always compared whole, ``"paper"`` or ``"whole"``)."""
 
 
 class TrustMarginConfig(BaseModel):
@@ -55,7 +44,7 @@ class TrustMarginConfig(BaseModel):
 
     lambda_bind: LambdaBind = PAPER_LAMBDA_BIND
     tau: Tau = PAPER_TAU
-    policy: DecisionPolicy = Field(
+    policy: PolicyName = Field(
         "rule", description="Who decides a scored question: 'rule' (M > tau, the paper's "
                             "rule with lambda_bind and tau), 'bind_only' (M_bind > tau), "
                             "'prior_only' (M_prior > tau), 'weighted_bind' (lambda_bind * "
@@ -105,7 +94,8 @@ class TrustMarginConfig(BaseModel):
 
     def __init__(self, **values: Any) -> None:
         """Refuse a bad value with an InvalidInputError naming the field, not a pydantic
-        ValidationError (``tau`` and ``lambda_bind``: see :data:`TAU_LIMIT`)."""
+        ValidationError (``tau`` and ``lambda_bind``: see
+        :data:`~trustmargin_integrations.vocabulary.TAU_LIMIT`)."""
         try:
             super().__init__(**values)
         except ValidationError as exc:

@@ -11,12 +11,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from trustmargin_integrations.vocabulary import Choice, LambdaBind, Reason, Tau
+from trustmargin_integrations.vocabulary import LambdaBind, Reason, Side, Source, Tau
 
-Source = Literal["direct", "rag", "agree"]
 CompareForm = Literal["paper", "differential", "extract", "whole", "sentence"]
 """What a decision compared (``Decision.scoring_form``)."""
-DecisionReason = Reason
 
 
 class Passage(BaseModel):
@@ -167,7 +165,7 @@ class Decision(BaseModel):
     question: str
     answer: str
     source: Source
-    reason: DecisionReason
+    reason: Reason
     direct_answer: str
     rag_answer: str
     direct_generated: bool = Field(description="True when the Direct answer was generated here.")
@@ -230,7 +228,7 @@ class Decision(BaseModel):
         description="Who decided a scored question: the name of the policy "
                     "(TrustMarginConfig.policy: 'rule', 'bind_only', 'prior_only', "
                     "'weighted_bind', 'always_rag' or 'always_direct').")
-    paper_choice: Choice | None = Field(
+    paper_choice: Side | None = Field(
         None, exclude_if=_none,
         description="The side the paper's rule (lambda 0.5, tau -1.5) would have kept; set "
                     "when another policy decided (the audit of a fallback policy).")
@@ -259,7 +257,7 @@ class Decision(BaseModel):
                              likelihoods=self.rag_likelihoods, m_prior=self.m_prior,
                              m_bind=self.m_bind, m=self.m)]
 
-    def given_text(self, side: Choice) -> str:
+    def given_text(self, side: Side) -> str:
         """One side's whole text: the Direct (``"direct"``) or the shown RAG candidate's
         (``"rag"``) text as given, whatever part of it was compared (see
         :func:`given_text`)."""

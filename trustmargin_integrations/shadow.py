@@ -25,7 +25,7 @@ from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.files import check_destination, open_append
 from trustmargin_integrations.rule import Policy
 from trustmargin_integrations.schema import Decision, Passage
-from trustmargin_integrations.sides import Side
+from trustmargin_integrations.vocabulary import Side
 
 __all__ = ["SHADOW_QUEUE_SIZE", "Shadow", "ShadowLog", "ShadowStats", "shadow_record"]
 

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from trustmargin_integrations.schema import Decision
-
-Side = Literal["rag", "direct"]
-"""One side of an arbitration: the retrieval-augmented or the closed-book answer."""
+from trustmargin_integrations.vocabulary import Side
 
 
 def chosen_side(decision: Decision) -> Side:

@@ -15,11 +15,16 @@ from pydantic import Field, TypeAdapter, ValidationError
 
 from trustmargin_integrations.errors import invalid_input
 
-__all__ = ["LAMBDA_BIND_LIMIT", "TAU_LIMIT", "Choice", "LambdaBind", "Reason", "Tau",
+__all__ = ["LAMBDA_BIND_LIMIT", "TAU_LIMIT", "LambdaBind", "Reason", "Side", "Source", "Tau",
            "check_rule_value"]
 
-Choice = Literal["direct", "rag"]
-"""The side a decision keeps."""
+Side = Literal["direct", "rag"]
+"""One side of an arbitration: the closed-book answer (Direct) or the retrieval-augmented
+one (RAG). A verdict keeps one side; the adapters serve and stream by side."""
+
+Source = Literal["direct", "rag", "agree"]
+"""Where a Decision's answer comes from (``Decision.source``): the side kept, or ``"agree"``
+when the two sides' answers normalize equal (either text is the answer)."""
 
 Reason = Literal[
     "margin_above_tau",

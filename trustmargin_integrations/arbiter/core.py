@@ -29,7 +29,7 @@ from trustmargin_integrations.backends.base import Backend, ModelSession
 from trustmargin_integrations.backends.loading import load_backend, recorded_model_id
 from trustmargin_integrations.backends.spec import BackendSpec
 from trustmargin_integrations.calibration_file import AUTO, Calibration, calibration_for
-from trustmargin_integrations.config import TrustMarginConfig, check_rule_value
+from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.prompts import PROMPT_VERSION
 from trustmargin_integrations.retrieval.base import Retriever, retrieve_batch
@@ -43,6 +43,7 @@ from trustmargin_integrations.validation import (
     is_blank_text,
     validate_input,
 )
+from trustmargin_integrations.vocabulary import check_rule_value
 
 PolicyArg = Policy | Sequence[Policy | None] | None
 """A call's policy: one for every input, one per input (None: the config's), or None (the
@@ -230,7 +231,7 @@ class TrustMargin:
         ``rag_candidates`` replaces ``rag_answer`` with several RAG-side candidates (texts,
         ``(name, text)`` pairs, or a name -> text mapping such as ``{"bm25": ..., "ircot":
         ...}``): the policy keeps Direct or the best of them
-        (:meth:`~trustmargin_integrations.rule.Policy.decide`) and nothing is generated for
+        (:meth:`~trustmargin_integrations.rule.Policy.verdict`) and nothing is generated for
         the RAG side. All of a question's candidates are scored in one model session call,
         so they share the prompts' caches. ``policy`` decides instead of the config's.
         """
@@ -389,7 +390,7 @@ class TrustMargin:
 
         A pairwise question is the one-candidate case of a multi-candidate one: the same
         settling, scoring and rule (:func:`~trustmargin_integrations.rule.settle_among`,
-        :meth:`~trustmargin_integrations.rule.Policy.decide`) give it today's pairwise
+        :meth:`~trustmargin_integrations.rule.Policy.verdict`) give it today's pairwise
         decision. A question with a ``fixed`` policy (one that keeps a side whatever the
         margins) is neither compared nor scored (:func:`.plan.plan_unscored`).
         """

@@ -27,7 +27,7 @@ from trustmargin_integrations.evaluation.bootstrap import BEST_SINGLE, DEFAULT_R
 from trustmargin_integrations.evaluation.diagnostics import (
     DEFAULT_LAMBDA,
     DEFAULT_TAU,
-    Scored,
+    GradedDecision,
     score_records,
 )
 from trustmargin_integrations.evaluation.distinct import Distinct
@@ -58,7 +58,7 @@ class LoadedRun:
 
     name: str
     runs: list[DatasetRun]
-    scored: dict[str, list[Scored]]
+    scored: dict[str, list[GradedDecision]]
     repeats: str | None = None
 
     @classmethod
@@ -68,7 +68,7 @@ class LoadedRun:
         every = [(r.name, s) for r in runs
                  for s in score_records(r.records, whole_texts=r.chain_answers)]
         distinct = Distinct.of([s.decision.question for _, s in every])
-        scored: dict[str, list[Scored]] = {r.name: [] for r in runs}
+        scored: dict[str, list[GradedDecision]] = {r.name: [] for r in runs}
         for position in distinct.kept:
             name, item = every[position]
             scored[name].append(item)

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from statistics import mean, median
 
 from trustmargin_integrations.calibration_file import Objective, check_objective
-from trustmargin_integrations.config import PAPER_LAMBDA_BIND, PAPER_TAU
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.metrics import (
     contains_gold,
@@ -21,9 +20,10 @@ from trustmargin_integrations.evaluation.metrics import (
     token_f1,
 )
 from trustmargin_integrations.evaluation.runner import EvalRecord, NoiseRecord
-from trustmargin_integrations.rule import Choice
-from trustmargin_integrations.rule.replay import Variant, replay
+from trustmargin_integrations.rule import PAPER_LAMBDA_BIND, PAPER_TAU
+from trustmargin_integrations.rule.replay import replay
 from trustmargin_integrations.schema import Decision
+from trustmargin_integrations.vocabulary import Side
 
 METHODS: tuple[str, ...] = ("direct", "rag", "trustmargin", "no_prior", "no_bind", "oracle")
 METHOD_LABELS: dict[str, str] = {
@@ -34,6 +34,10 @@ METHOD_LABELS: dict[str, str] = {
     "no_bind": "TrustMargin w/o M_bind",
     "oracle": "Oracle(Direct, RAG)",
 }
+METHOD_POLICIES: dict[str, str] = {
+    "trustmargin": "rule", "no_prior": "weighted_bind", "no_bind": "prior_only"}
+"""The policy (a name of :data:`~trustmargin_integrations.rule.POLICIES`) each rule column of
+the paper's tables replays: the rule and its two ablations at the table's numbers."""
 DEFAULT_LAMBDA: float = PAPER_LAMBDA_BIND
 DEFAULT_TAU: float = PAPER_TAU
 GRID_LAMBDAS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
@@ -41,7 +45,7 @@ GRID_TAUS: tuple[float, ...] = (-3.0, -2.5, -2.0, -1.5, -1.0, -0.5, 0.0, 0.5)
 
 
 @dataclass(frozen=True)
-class Scored:
+class GradedDecision:
     """One example's candidate scores against gold (0..1) and its cached decision: token F1,
     exact match and ``contains`` (a gold answer stated in the text, :func:`contains_gold`)."""
 
@@ -53,11 +57,11 @@ class Scored:
     contains_rag: float
     decision: Decision
 
-    def f1(self, choice: Choice) -> float:
+    def f1(self, choice: Side) -> float:
         """F1 of the chosen candidate."""
         return self.f1_rag if choice == "rag" else self.f1_direct
 
-    def em(self, choice: Choice) -> float:
+    def em(self, choice: Side) -> float:
         """EM of the chosen candidate."""
         return self.em_rag if choice == "rag" else self.em_direct
 
@@ -72,7 +76,7 @@ class Scored:
 
 
 def score_decision(decision: Decision, gold: Sequence[str], *, whole_texts: bool = False
-                   ) -> Scored:
+                   ) -> GradedDecision:
     """Score both candidates of one decision against the gold aliases.
 
     ``whole_texts``: grade each side's text as the user's chain gave it (a run of a chain's
@@ -81,12 +85,13 @@ def score_decision(decision: Decision, gold: Sequence[str], *, whole_texts: bool
     """
     direct, rag = ((decision.given_text("direct"), decision.given_text("rag")) if whole_texts
                    else (decision.direct_answer, decision.rag_answer))
-    return Scored(token_f1(direct, gold), token_f1(rag, gold), exact_match(direct, gold),
+    return GradedDecision(token_f1(direct, gold), token_f1(rag, gold), exact_match(direct, gold),
                   exact_match(rag, gold), contains_gold(direct, gold), contains_gold(rag, gold),
                   decision)
 
 
-def score_records(records: Sequence[EvalRecord], *, whole_texts: bool = False) -> list[Scored]:
+def score_records(records: Sequence[EvalRecord], *, whole_texts: bool = False
+                  ) -> list[GradedDecision]:
     """Score every record's two candidates once; methods then only pick a side
     (``whole_texts``: see :func:`score_decision`)."""
     return [score_decision(r.decision, r.example.answers, whole_texts=whole_texts)
@@ -94,7 +99,7 @@ def score_records(records: Sequence[EvalRecord], *, whole_texts: bool = False) -
 
 
 def method_scores(
-    scored: Sequence[Scored], lambda_bind: float = DEFAULT_LAMBDA, tau: float = DEFAULT_TAU
+    scored: Sequence[GradedDecision], lambda_bind: float = DEFAULT_LAMBDA, tau: float = DEFAULT_TAU
 ) -> dict[str, tuple[float, float]]:
     """(F1, EM) x100 of every method in :data:`METHODS`."""
     return {method: (mean_x100(f1s), mean_x100(ems))
@@ -102,7 +107,7 @@ def method_scores(
 
 
 def per_question_scores(
-    scored: Sequence[Scored], lambda_bind: float = DEFAULT_LAMBDA, tau: float = DEFAULT_TAU,
+    scored: Sequence[GradedDecision], lambda_bind: float = DEFAULT_LAMBDA, tau: float = DEFAULT_TAU,
     methods: Sequence[str] = METHODS,
 ) -> dict[str, tuple[list[float], list[float]]]:
     """Per-question (F1 list, EM list), 0..1, of each method (the bootstrap's input)."""
@@ -115,10 +120,10 @@ def per_question_scores(
                 ems.append(max(s.em_direct, s.em_rag))
                 continue
             if method in ("direct", "rag"):
-                choice: Choice = "direct" if method == "direct" else "rag"
+                choice: Side = "direct" if method == "direct" else "rag"
             else:
-                variant: Variant = "full" if method == "trustmargin" else method  # type: ignore[assignment]
-                choice = replay(s.decision, lambda_bind=lambda_bind, tau=tau, variant=variant)
+                choice = replay(s.decision, lambda_bind=lambda_bind, tau=tau,
+                                kind=METHOD_POLICIES[method])
             f1s.append(s.f1(choice))
             ems.append(s.em(choice))
         out[method] = (f1s, ems)
@@ -156,7 +161,7 @@ def _closed(method: float, best: float, oracle: float) -> float | None:
 
 
 def arbitration_diagnostics(
-    scored: Sequence[Scored], lambda_bind: float = DEFAULT_LAMBDA, tau: float = DEFAULT_TAU
+    scored: Sequence[GradedDecision], lambda_bind: float = DEFAULT_LAMBDA, tau: float = DEFAULT_TAU
 ) -> ArbitrationDiagnostics:
     """Oracle gap, gap closed, and source-selection rates on strict (F1) disagreements."""
     table = method_scores(scored, lambda_bind, tau)
@@ -166,7 +171,7 @@ def arbitration_diagnostics(
     r_better = [s for s in scored if s.f1_rag > s.f1_direct]
     picks = [replay(s.decision, lambda_bind=lambda_bind, tau=tau) for s in scored]
 
-    def rate(cases: Sequence[Scored], want: Choice) -> float | None:
+    def rate(cases: Sequence[GradedDecision], want: Side) -> float | None:
         if not cases:
             return None
         hits = sum(replay(s.decision, lambda_bind=lambda_bind, tau=tau) == want for s in cases)
@@ -206,7 +211,7 @@ class Recovery:
 
 
 def disagreement_recovery(
-    scored: Sequence[Scored], lambda_bind: float = DEFAULT_LAMBDA, tau: float = DEFAULT_TAU
+    scored: Sequence[GradedDecision], lambda_bind: float = DEFAULT_LAMBDA, tau: float = DEFAULT_TAU
 ) -> dict[str, Recovery]:
     """Recovery on Direct-favored and RAG-favored disagreement cases."""
     n = max(len(scored), 1)
@@ -223,7 +228,7 @@ def disagreement_recovery(
 
 
 def hyperparameter_grid(
-    scored_by_dataset: Mapping[str, Sequence[Scored]],
+    scored_by_dataset: Mapping[str, Sequence[GradedDecision]],
     lambdas: Sequence[float] = GRID_LAMBDAS,
     taus: Sequence[float] = GRID_TAUS,
 ) -> list[list[float]]:

@@ -18,7 +18,7 @@ import numpy as np
 from trustmargin_integrations.calibration_file import OBJECTIVES
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.bootstrap import Bootstrap, Difference, grouped_bootstrap
-from trustmargin_integrations.evaluation.diagnostics import Scored
+from trustmargin_integrations.evaluation.diagnostics import GradedDecision
 from trustmargin_integrations.evaluation.rule_fit import (
     Objective,
     Problem,
@@ -63,7 +63,7 @@ class PolicyTable:
     question x tau table here, from the same :meth:`Policy.keeps_rag`.
     """
 
-    def __init__(self, scored_by_dataset: Mapping[str, Sequence[Scored]],
+    def __init__(self, scored_by_dataset: Mapping[str, Sequence[GradedDecision]],
                  objective: Objective = "f1") -> None:
         self.problem = Problem(scored_by_dataset, objective)
         self.objective: Objective = objective

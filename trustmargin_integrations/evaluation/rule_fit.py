@@ -35,7 +35,7 @@ from trustmargin_integrations.evaluation.bootstrap import (
 from trustmargin_integrations.evaluation.diagnostics import (
     DEFAULT_LAMBDA,
     DEFAULT_TAU,
-    Scored,
+    GradedDecision,
 )
 from trustmargin_integrations.rule import SETTLED, Rule
 from trustmargin_integrations.rule.replay import replay
@@ -61,7 +61,8 @@ class Fit:
     default_score: float
 
 
-def side_scores(scored: Sequence[Scored], metric: Objective) -> tuple[np.ndarray, np.ndarray]:
+def side_scores(scored: Sequence[GradedDecision], metric: Objective
+                ) -> tuple[np.ndarray, np.ndarray]:
     """Per-question (Direct, RAG) scores (0..1) of ``scored`` under ``metric``."""
     sides = np.array([s.sides(metric) for s in scored], dtype=float).reshape(-1, 2)
     return sides[:, 0], sides[:, 1]
@@ -75,7 +76,7 @@ class Problem:
     is computed once and shared by every fit on a subset.
     """
 
-    def __init__(self, scored_by_dataset: Mapping[str, Sequence[Scored]],
+    def __init__(self, scored_by_dataset: Mapping[str, Sequence[GradedDecision]],
                  objective: Objective = "f1", lambdas: Sequence[float] = LAMBDAS,
                  taus: Sequence[float] = TAUS) -> None:
         objective = check_objective(objective)

@@ -140,7 +140,7 @@ def no_documents(value: Mapping[str, Any]) -> bool:
 def build_trustmargin_chain(
     retriever: Runnable[str, list[Document]] | Retriever,
     tm: TrustMargin | TrustMarginRouter,
-    *legacy: Any,
+    *,
     closed_book: Runnable[Any, Any] | BaseLanguageModel[Any] | None = None,
     rag: Runnable[Any, Any] | BaseLanguageModel[Any] | None = None,
     k: int | None = None,
@@ -178,15 +178,8 @@ def build_trustmargin_chain(
         A Runnable from the question (str or ``{"question": ...}``) to a ``Decision``.
 
     Raises:
-        InvalidInputError: ``tm`` is neither a TrustMargin nor a router (the order of
-            releases before 0.2, ``(retriever, closed_book, rag, router)``, is refused with
-            the new form as the fix).
+        InvalidInputError: ``tm`` is neither a TrustMargin nor a router.
     """
-    if legacy:
-        raise InvalidInputError(
-            "build_trustmargin_chain", f"takes 2 positional arguments, got {2 + len(legacy)}",
-            "pass the candidates by name: build_trustmargin_chain(retriever, router, "
-            "closed_book=..., rag=...)")
     router = as_router(tm)
     question = RunnableLambda(question_of, name="question")
     if closed_book is None and rag is None:

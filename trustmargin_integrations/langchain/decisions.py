@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from trustmargin_integrations.schema import Decision
-from trustmargin_integrations.sides import Side, chosen_side
 
-__all__ = ["DECISION_EVENT", "Output", "Side", "chosen_side", "chosen_text",
+__all__ = ["DECISION_EVENT", "Output", "chosen_text",
            "decision_payload", "describe_decision", "shape_output"]
 
 Output = Literal["answer", "decision"]

@@ -39,15 +39,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trustmargin_integrations.answering import warn_other_model
 from trustmargin_integrations.arbiter import TrustMargin
-from trustmargin_integrations.config import typed_error
-from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.errors import InvalidInputError, typed_error
 from trustmargin_integrations.langchain.answering import answering_model
 from trustmargin_integrations.langchain.chains import text_of
 from trustmargin_integrations.langchain.decisions import (
     DECISION_EVENT,
     Output,
-    Side,
-    chosen_side,
     decision_payload,
 )
 from trustmargin_integrations.langchain.documents import check_documents, document_to_passage
@@ -62,8 +59,9 @@ from trustmargin_integrations.langchain.state import (
 )
 from trustmargin_integrations.schema import Decision
 from trustmargin_integrations.shadow import Shadow, shadow_record
-from trustmargin_integrations.sides import BothAnswers
+from trustmargin_integrations.sides import BothAnswers, chosen_side
 from trustmargin_integrations.validation import check_question
+from trustmargin_integrations.vocabulary import Side
 
 SIDES: tuple[Side, ...] = ("rag", "direct")
 

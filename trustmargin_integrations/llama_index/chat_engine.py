@@ -37,8 +37,9 @@ from trustmargin_integrations.llama_index.arbiter import (
 )
 from trustmargin_integrations.rule import Policy
 from trustmargin_integrations.schema import Decision
-from trustmargin_integrations.sides import Side, chosen_side
+from trustmargin_integrations.sides import chosen_side
 from trustmargin_integrations.validation import check_question
+from trustmargin_integrations.vocabulary import Side
 
 __all__ = ["CHAT_ENGINES", "StreamingChatResponse", "TrustMarginChatCorrectionEvent",
            "TrustMarginChatEngine"]

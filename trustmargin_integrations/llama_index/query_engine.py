@@ -38,8 +38,9 @@ from trustmargin_integrations.llama_index.tracing import capture, install_trace_
 from trustmargin_integrations.prompts import QUESTION_ONLY_TEMPLATE
 from trustmargin_integrations.retrieval.base import Retriever
 from trustmargin_integrations.shadow import Shadow, shadow_record
-from trustmargin_integrations.sides import BothAnswers, Side, chosen_side
+from trustmargin_integrations.sides import BothAnswers, chosen_side
 from trustmargin_integrations.validation import check_question
+from trustmargin_integrations.vocabulary import Side
 
 __all__ = ["CLOSED_BOOK_PROMPT_KEY", "QUESTION_VARIABLES", "TrustMarginQueryEngine"]
 

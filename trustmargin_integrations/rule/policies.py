@@ -1,12 +1,11 @@
 """Decision policies: who turns a scored question's margins into a verdict.
 
 Each policy is one class here; defining it registers its name (:data:`POLICIES`), the one
-vocabulary of the config, calibration files, the CLI and the Decision records (old names load
-through :data:`LEGACY_NAMES`). With several RAG candidates a margin policy combines each
-candidate's margins against Direct into ``M_i``, keeps Direct unless ``max_i M_i > tau``, and
-otherwise keeps the candidate with the largest ``M_i`` (ties: the earlier one; why:
-docs/decisions.md). :meth:`Policy.decide` executes it; :meth:`Policy.keeps_rag` is its
-vectorised form for replay.
+vocabulary of the config, policy files, the CLI and the Decision records. With several RAG
+candidates a margin policy combines each candidate's margins against Direct into ``M_i``, keeps
+Direct unless ``max_i M_i > tau``, and otherwise keeps the candidate with the largest ``M_i``
+(ties: the earlier one; why: docs/decisions.md). :meth:`Policy.verdict` executes it;
+:meth:`Policy.keeps_rag` is its vectorised form for replay.
 """
 
 from __future__ import annotations
@@ -24,22 +23,14 @@ from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.rule.verdict import (
     PAPER_LAMBDA_BIND,
     PAPER_TAU,
-    Choice,
     HasMargins,
     Margins,
-    Reason,
     Verdict,
 )
+from trustmargin_integrations.vocabulary import Reason, Side
 
 POLICIES: dict[str, type[Policy]] = {}
 """Every policy by its name, in definition order (filled by :meth:`Policy.__init_subclass__`)."""
-
-LEGACY_NAMES: dict[str, str] = {
-    "paper": "rule", "fitted": "rule",  # calibration files' kinds before one vocabulary
-    "full": "rule", "no_bind": "prior_only", "no_prior": "weighted_bind",  # replay variants
-}
-"""Old names of policies (calibration files, the ``variant`` of :func:`.replay.replay`) and the
-policy each one is: the one place they are mapped."""
 
 
 def exceeds(m: Any, tau: Any) -> Any:
@@ -64,7 +55,7 @@ class Policy:
 
     Subclasses set :attr:`name`, :attr:`numbers` (which of ``lambda_bind`` and ``tau`` they
     take), :attr:`label_format`, and either :meth:`margin` (a margin policy: the argmax and
-    ``M > tau`` of :meth:`decide` apply) or, with ``uses_margins = False``, :meth:`over` and
+    ``M > tau`` of :meth:`verdict` apply) or, with ``uses_margins = False``, :meth:`over` and
     :meth:`keeps_rag` (a policy that ignores margins). Build one by name with :meth:`of`, or
     with the class methods (``Policy.paper()``, ``Policy.fitted(0.4, -3.25)``, ...).
 
@@ -79,7 +70,7 @@ class Policy:
     numbers: ClassVar[tuple[str, ...]] = ()
     label_format: ClassVar[str]
     uses_margins: ClassVar[bool] = True
-    fixed_side: ClassVar[Choice | None] = None
+    fixed_side: ClassVar[Side | None] = None
     """The side this policy keeps whatever the margins (None: it decides on margins). A
     policy with a fixed side cannot change the answer, so the adapters run only that side
     and the arbiter generates only that side and scores nothing under it
@@ -112,24 +103,15 @@ class Policy:
     @staticmethod
     def of(kind: str, lambda_bind: float | None = None, tau: float | None = None, *,
            drop_unused: bool = False) -> Policy:
-        """The policy named ``kind`` (a name of :data:`POLICIES` or an old one of
-        :data:`LEGACY_NAMES`) with its numbers.
+        """The policy named ``kind`` (a name of :data:`POLICIES`) with its numbers.
 
         ``drop_unused``: ignore the numbers the policy does not take (a config or a
         recorded Decision carries both, whatever the policy); otherwise they are refused.
 
         Raises:
-            InvalidInputError: unknown name, the old name ``"paper"`` with other numbers
-                than the paper's, or a bad number.
+            InvalidInputError: unknown name, or a bad number.
         """
-        if kind == "paper" and (lambda_bind, tau) not in ((None, None),
-                                                          (PAPER_LAMBDA_BIND, PAPER_TAU)):
-            raise InvalidInputError("policy", f"the paper's rule has lambda_bind "
-                                    f"{PAPER_LAMBDA_BIND:g} and tau {PAPER_TAU:g}, not "
-                                    f"{(lambda_bind, tau)}", "use kind 'rule' for other numbers")
-        if kind == "paper":
-            lambda_bind, tau = PAPER_LAMBDA_BIND, PAPER_TAU
-        cls = POLICIES.get(LEGACY_NAMES.get(kind, kind))
+        cls = POLICIES.get(kind)
         if cls is None:
             raise InvalidInputError("policy.kind", f"unknown policy {kind!r}",
                                     f"use one of {', '.join(POLICIES)}")
@@ -221,7 +203,7 @@ class Policy:
         """``M`` of one candidate from its two margins (floats or numpy arrays)."""
         raise NotImplementedError(f"policy {self.name!r} combines no margins")
 
-    def decide(self, margins: Sequence[HasMargins | None]) -> Verdict:
+    def verdict(self, margins: Sequence[HasMargins | None]) -> Verdict:
         """The policy over one scored question's RAG candidates: keep Direct unless
         ``max_i M_i > tau``, else the candidate with the largest ``M_i`` (a tie keeps the
         earlier one).
@@ -239,7 +221,7 @@ class Policy:
                 :func:`~.settled.settle_among`).
         """
         if not self.uses_margins:
-            return self.over(Policy.paper().decide(margins))
+            return self.over(Policy.paper().verdict(margins))
         best: int | None = None
         best_key = -math.inf
         for i, pair in enumerate(margins):
@@ -279,7 +261,7 @@ class Policy:
         return None
 
     def keeps_rag(self, m_prior: Any, m_bind: Any) -> Any:
-        """:meth:`decide` over numpy arrays of pairwise margins (one candidate per
+        """:meth:`verdict` over numpy arrays of pairwise margins (one candidate per
         question): per element, does the policy keep the RAG answer."""
         return exceeds(self.margin(m_prior, m_bind), self.tau)
 
@@ -370,7 +352,7 @@ class AlwaysRag(Policy):
     name: ClassVar[str] = "always_rag"
     label_format: ClassVar[str] = "always-RAG"
     uses_margins: ClassVar[bool] = False
-    fixed_side: ClassVar[Choice | None] = "rag"
+    fixed_side: ClassVar[Side | None] = "rag"
 
     def over(self, paper: Verdict) -> Verdict:
         """RAG, the candidate the paper rule's verdict names (the first when it names none)."""
@@ -394,7 +376,7 @@ class AlwaysDirect(Policy):
     name: ClassVar[str] = "always_direct"
     label_format: ClassVar[str] = "always-Direct"
     uses_margins: ClassVar[bool] = False
-    fixed_side: ClassVar[Choice | None] = "direct"
+    fixed_side: ClassVar[Side | None] = "direct"
 
     def over(self, paper: Verdict) -> Verdict:
         """Direct; the verdict names the paper rule's candidate (the one a Decision
@@ -423,7 +405,7 @@ class PolicyVerdict:
     paper: Verdict
 
     @property
-    def choice(self) -> Choice:
+    def choice(self) -> Side:
         """The side the policy keeps."""
         return self.rule.choice
 
@@ -450,22 +432,22 @@ def apply_policy(policy: Policy, margins: Sequence[HasMargins | None],
     Args:
         policy: the policy.
         margins: each RAG candidate's margins (None for a blank one), as for
-            :meth:`Policy.decide`; one entry for a pairwise question.
+            :meth:`Policy.verdict`; one entry for a pairwise question.
         settled: the verdict of :func:`~.settled.settle_among` when the question was settled
             before scoring. A margin policy keeps it (no number changes a settled question);
             a single source does not: always-RAG returns the RAG answer even where the rule
             keeps Direct, as plain RAG would (the domain check's baseline). The arbiter keeps a
             settled verdict under every policy and never asks one.
     """
-    paper = settled or Policy.paper().decide(margins)
+    paper = settled or Policy.paper().verdict(margins)
     if not policy.uses_margins:
         return PolicyVerdict(policy, policy.over(paper), paper)
-    return PolicyVerdict(policy, settled or policy.decide(margins), paper)
+    return PolicyVerdict(policy, settled or policy.verdict(margins), paper)
 
 
 def known_policy_name(value: str) -> str:
     """``value`` if it names a policy of :data:`POLICIES` (the config's and the records'
-    check; old names are read only from files, by :meth:`Policy.of`)."""
+    check)."""
     if value not in POLICIES:
         raise ValueError(f"unknown policy {value!r}; use one of {', '.join(POLICIES)}")
     return value

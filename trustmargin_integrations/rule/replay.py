@@ -2,7 +2,7 @@
 
 :func:`replay` (the side kept), :func:`replay_winner` (the kept RAG candidate's index),
 :func:`replay_answer` (the kept text) and :func:`kept_rag` each take a
-:class:`~.policies.Policy`, the margin rule's numbers (``lambda_bind``, ``tau``, ``variant``)
+:class:`~.policies.Policy`, a policy's name (``kind``) and numbers (``lambda_bind``, ``tau``),
 or nothing (the decision's own). The records never import the rule; this module reads them
 through protocols. A decision made without scoring replays only under a policy that needs no
 margins for a side it holds, else :class:`~trustmargin_integrations.errors.UnscoredDecisionError`.
@@ -11,29 +11,13 @@ margins for a side it holds, else :class:`~trustmargin_integrations.errors.Unsco
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from typing import Protocol
 
 from trustmargin_integrations.errors import InvalidInputError, UnscoredDecisionError
 from trustmargin_integrations.rule.policies import Policy
 from trustmargin_integrations.rule.settled import SETTLED, settle_among, settled_kept
 from trustmargin_integrations.rule.verdict import MarginPair
-from trustmargin_integrations.vocabulary import Choice, check_rule_value
-
-Variant = Literal["full", "no_prior", "no_bind"]
-"""The paper's rule or one of its ablations (w/o M_prior, w/o M_bind): old names of the
-policies ``rule``, ``weighted_bind`` and ``prior_only`` (the ``variant`` of :func:`replay`)."""
-VARIANTS: tuple[Variant, ...] = ("full", "no_prior", "no_bind")
-
-
-def variant_policy(lambda_bind: float, tau: float, variant: Variant = "full") -> Policy:
-    """The policy an ablation variant names, at ``lambda_bind`` and ``tau``.
-
-    Raises:
-        ValueError: an unknown variant.
-    """
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; use 'full', 'no_prior' or 'no_bind'")
-    return Policy.of(variant, lambda_bind, tau, drop_unused=True)
+from trustmargin_integrations.vocabulary import Side, check_rule_value
 
 
 class RecordedCandidate(Protocol):
@@ -154,40 +138,39 @@ def _unscored_winner(decision: RecordedDecision, policy: Policy) -> int | None:
 
 
 def policy_at(decision: RecordedDecision, lambda_bind: float | None = None,
-              tau: float | None = None, variant: Variant = "full") -> Policy:
-    """The policy a replay applies: with no number and the ``"full"`` variant, the decision's
-    own (:func:`own_policy`); otherwise the margin rule, or the ablation ``variant`` names, at
-    ``lambda_bind`` and ``tau`` (each defaulting to the decision's own), whatever policy made
-    the decision.
+              tau: float | None = None, kind: str | None = None) -> Policy:
+    """The policy a replay applies: with no number and no ``kind``, the decision's own
+    (:func:`own_policy`); otherwise the policy ``kind`` names (default ``"rule"``, the margin
+    rule) at ``lambda_bind`` and ``tau`` (each defaulting to the decision's own; a number the
+    policy does not take is ignored), whatever policy made the decision.
 
     Raises:
         InvalidInputError: ``lambda_bind`` or ``tau`` is not a finite number within the
-            config's bounds (NaN would silently replay as Direct).
-        ValueError: an unknown variant.
+            config's bounds (NaN would silently replay as Direct), or an unknown ``kind``.
     """
-    if lambda_bind is None and tau is None and variant == "full":
+    if lambda_bind is None and tau is None and kind is None:
         return own_policy(decision)
     lam = decision.lambda_bind if lambda_bind is None else check_rule_value(
         "lambda_bind", lambda_bind)
     threshold = decision.tau if tau is None else check_rule_value("tau", tau)
-    return variant_policy(lam, threshold, variant)
+    return Policy.of(kind or "rule", lam, threshold, drop_unused=True)
 
 
 def _policy(decision: RecordedDecision, policy: Policy | None, lambda_bind: float | None,
-            tau: float | None, variant: Variant) -> Policy:
+            tau: float | None, kind: str | None) -> Policy:
     """``policy``, or the one :func:`policy_at` names; both given is refused."""
     if policy is None:
-        return policy_at(decision, lambda_bind, tau, variant)
-    if lambda_bind is not None or tau is not None or variant != "full":
+        return policy_at(decision, lambda_bind, tau, kind)
+    if lambda_bind is not None or tau is not None or kind is not None:
         raise InvalidInputError("policy", "a policy and the rule's numbers were both given",
                                 "pass the policy alone (its numbers are its own), or only "
-                                "lambda_bind / tau / variant")
+                                "kind / lambda_bind / tau")
     return policy
 
 
 def replay_winner(decision: RecordedDecision, policy: Policy | None = None, *,
                   lambda_bind: float | None = None, tau: float | None = None,
-                  variant: Variant = "full") -> int | None:
+                  kind: str | None = None) -> int | None:
     """Which RAG candidate is kept: its index in ``rag_candidates`` (0 for the one RAG
     answer of a pairwise decision), None for Direct; under ``policy``, or the rule at the
     numbers given (:func:`policy_at`), or the decision's own policy.
@@ -204,31 +187,31 @@ def replay_winner(decision: RecordedDecision, policy: Policy | None = None, *,
             policy or to a side never produced.
         ValueError: a scored decision without margins (a damaged record).
     """
-    chosen = _policy(decision, policy, lambda_bind, tau, variant)
+    chosen = _policy(decision, policy, lambda_bind, tau, kind)
     if made_unscored(decision):
         return _unscored_winner(decision, chosen)
     margins = recorded_margins(decision)
     if margins is None:
         return settled_kept(decision.reason,
                             decision.winner if decision.rag_candidates else 0)
-    return chosen.decide(margins).kept
+    return chosen.verdict(margins).kept
 
 
 def replay(decision: RecordedDecision, policy: Policy | None = None, *,
            lambda_bind: float | None = None, tau: float | None = None,
-           variant: Variant = "full") -> Choice:
+           kind: str | None = None) -> Side:
     """The side kept (arguments as :func:`replay_winner`): ``"rag"`` when a RAG candidate is
     kept, else ``"direct"``."""
-    kept = replay_winner(decision, policy, lambda_bind=lambda_bind, tau=tau, variant=variant)
+    kept = replay_winner(decision, policy, lambda_bind=lambda_bind, tau=tau, kind=kind)
     return "direct" if kept is None else "rag"
 
 
 def replay_answer(decision: RecordedDecision, policy: Policy | None = None, *,
                   lambda_bind: float | None = None, tau: float | None = None,
-                  variant: Variant = "full") -> str:
+                  kind: str | None = None) -> str:
     """The kept answer's text as scored (arguments as :func:`replay_winner`): Direct's, the
     kept candidate's, or the pairwise RAG answer."""
-    index = replay_winner(decision, policy, lambda_bind=lambda_bind, tau=tau, variant=variant)
+    index = replay_winner(decision, policy, lambda_bind=lambda_bind, tau=tau, kind=kind)
     return decision.direct_answer if index is None else decision.candidates[index].answer
 
 
@@ -258,7 +241,7 @@ def multi_candidate_answer(decisions: Sequence[PairwiseRecord]) -> str:
                    if d.m_prior is not None and d.m_bind is not None
                    else MarginPair(0.0, 0.0) if a else None
                    for d, a in zip(decisions, agree, strict=True)]
-        verdict = Policy.fitted(first.lambda_bind, first.tau).decide(margins)
+        verdict = Policy.fitted(first.lambda_bind, first.tau).verdict(margins)
     if verdict.choice == "direct" or verdict.candidate is None:
         return first.direct_answer
     return decisions[verdict.candidate].rag_answer

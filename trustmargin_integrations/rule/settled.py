@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from trustmargin_integrations.rule.verdict import Choice, Reason, Verdict
+from trustmargin_integrations.rule.verdict import Verdict
+from trustmargin_integrations.vocabulary import Reason, Side
 
-SETTLED: dict[Reason, Choice] = {
+SETTLED: dict[Reason, Side] = {
     "both_answers_blank": "direct",
     "rag_answer_blank": "direct",
     "direct_answer_blank": "rag",

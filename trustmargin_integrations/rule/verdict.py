@@ -3,8 +3,8 @@
 Records of the rule only (no model, no policy): :class:`MarginPair` is one RAG candidate's
 evidence against Direct, :class:`Margins` the same with the combined ``M`` a policy computed,
 and :class:`Verdict` what a policy (or a settled case) decided. The words it shares with the
-Decision records, ``Choice`` and ``Reason``, are defined in
-:mod:`~trustmargin_integrations.vocabulary` and re-exported here.
+Decision records, ``Side`` and ``Reason``, are defined (only) in
+:mod:`~trustmargin_integrations.vocabulary`.
 """
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from trustmargin_integrations.vocabulary import Choice, Reason
+from trustmargin_integrations.vocabulary import Reason, Side
 
 PAPER_LAMBDA_BIND: float = 0.5
 """The paper's weight of the evidence-binding margin (Section 4.3): the one place it is typed."""
 PAPER_TAU: float = -1.5
 """The paper's decision threshold (Section 4.3): RAG is chosen iff M > tau."""
 
-__all__ = ["PAPER_LAMBDA_BIND", "PAPER_TAU", "Choice", "HasMargins", "MarginPair", "Margins",
-           "Reason", "ThreeViews", "Verdict", "compute_margins"]
+__all__ = ["PAPER_LAMBDA_BIND", "PAPER_TAU", "HasMargins", "MarginPair", "Margins", "ThreeViews",
+           "Verdict", "compute_margins"]
 
 
 class ThreeViews(Protocol):
@@ -66,7 +66,7 @@ class Verdict:
     verdict keeps Direct; None when a settled verdict keeps Direct.
     """
 
-    choice: Choice
+    choice: Side
     reason: Reason
     margins: Margins | None = None
     candidate: int | None = None

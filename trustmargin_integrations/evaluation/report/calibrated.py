@@ -14,7 +14,7 @@ from trustmargin_integrations.evaluation.diagnostics import (
     DEFAULT_LAMBDA,
     DEFAULT_TAU,
     METHOD_LABELS,
-    Scored,
+    GradedDecision,
     per_question_scores,
 )
 from trustmargin_integrations.evaluation.report.formatting import (
@@ -58,7 +58,7 @@ def section(view: RunView) -> Section:
     return Section(lines, {"calibrated": summary})
 
 
-def _cross_validated(scored: Mapping[str, Sequence[Scored]],
+def _cross_validated(scored: Mapping[str, Sequence[GradedDecision]],
                      summary: dict[str, Any]) -> list[str]:
     """Each question decided by the fit on the other folds (nothing for tiny runs)."""
     total = sum(len(v) for v in scored.values())
@@ -80,7 +80,7 @@ def _cross_validated(scored: Mapping[str, Sequence[Scored]],
             f"(lambda, tau): {fits}):", "", *markdown_table(_HEADER, rows), ""]
 
 
-def _calibration_file(scored: Mapping[str, Sequence[Scored]], calibration: Calibration,
+def _calibration_file(scored: Mapping[str, Sequence[GradedDecision]], calibration: Calibration,
                       summary: dict[str, Any]) -> list[str]:
     """A calibration file's constant rule on the run's questions outside its fit."""
     calibration.check(_only_model(scored), PROMPT_VERSION)
@@ -124,7 +124,7 @@ def _calibrated_rows(groups: Mapping[str, MethodScores]
     return rows, summary
 
 
-def _with_calibrated(subset: Sequence[Scored], chosen: Sequence[Policy]
+def _with_calibrated(subset: Sequence[GradedDecision], chosen: Sequence[Policy]
                      ) -> dict[str, tuple[list[float], list[float]]]:
     """Per-question (F1, EM) of the fixed methods plus the calibrated ``chosen`` policy per
     question (a fold's fitted rule, or a calibration file's policy)."""
@@ -138,6 +138,6 @@ def _with_calibrated(subset: Sequence[Scored], chosen: Sequence[Policy]
             "calibrated": (f1s, ems), "oracle": base["oracle"]}
 
 
-def _only_model(scored: Mapping[str, Sequence[Scored]]) -> str:
+def _only_model(scored: Mapping[str, Sequence[GradedDecision]]) -> str:
     models = sorted({s.decision.model_id for items in scored.values() for s in items})
     return models[0] if len(models) == 1 else ", ".join(models)

@@ -63,7 +63,7 @@ def section(view: RunView) -> Section:
              *markdown_table(_HEADER, rows), "",
              "All candidates (multi): TrustMargin picks among Direct and every RAG candidate "
              "above at once (each candidate's margin against Direct; the largest one wins if "
-             "it is above tau; `margins.decide_among`), replayed from the same cached "
+             "it is above tau; `Policy.verdict`), replayed from the same cached "
              "likelihoods; its delta is against BM25-RAG + TrustMargin. Oracle: the best of "
              "Direct and all candidates by the gold answer (an upper bound, no selector).", "",
              f"Deltas: {note} 'pipeline s/q' "

@@ -16,7 +16,7 @@ from trustmargin_integrations.evaluation.bootstrap import (
 )
 from trustmargin_integrations.evaluation.diagnostics import (
     METHOD_LABELS,
-    Scored,
+    GradedDecision,
     per_question_scores,
 )
 from trustmargin_integrations.evaluation.report.formatting import (
@@ -38,7 +38,7 @@ Scope = tuple[str, str, Mapping[str, tuple[float, float]]]
 Boots = Mapping[str, Mapping[str, Bootstrap]]
 
 
-def intervals(scored: Mapping[str, Sequence[Scored]], *, seed: int = 0,
+def intervals(scored: Mapping[str, Sequence[GradedDecision]], *, seed: int = 0,
               resamples: int = 10_000) -> dict[str, dict[str, Bootstrap]]:
     """Paired bootstrap of the main table per dataset, and of the Average (key ``average``,
     each dataset resampled within itself): ``{scope: {"f1": ..., "em": ...}}``."""

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from trustmargin_integrations.evaluation.diagnostics import (
     ArbitrationDiagnostics,
-    Scored,
+    GradedDecision,
     arbitration_diagnostics,
     average_rows,
     method_scores,
@@ -28,7 +28,7 @@ class RunView:
     folder: Path
     """Where the report and its figures go."""
     calibration: Calibration | None
-    scored: dict[str, list[Scored]]
+    scored: dict[str, list[GradedDecision]]
     tables: dict[str, dict[str, tuple[float, float]]]
     """Dataset -> method -> (F1, EM) x100."""
     average: dict[str, tuple[float, float]]
