@@ -49,7 +49,7 @@ def test_margins_are_the_papers_differences() -> None:
 ])
 def test_each_margin_policy_compares_its_own_m_with_tau(
         policy: Policy, pair: MarginPair, m: float, choice: str) -> None:
-    verdict = policy.decide([pair])
+    verdict = policy.verdict([pair])
     assert verdict.margins is not None
     assert verdict.margins.m == pytest.approx(m)
     assert verdict.choice == choice
@@ -58,11 +58,11 @@ def test_each_margin_policy_compares_its_own_m_with_tau(
     assert verdict.kept == (0 if choice == "rag" else None)
 
 
-def test_the_vectorised_rule_agrees_with_decide() -> None:
+def test_the_vectorised_rule_agrees_with_verdict() -> None:
     m_prior = np.array([-1.0, -2.0, 0.5, -3.0])
     m_bind = np.array([1.0, 1.0, -5.0, 4.0])
     policy = Policy.paper()
-    looped = [policy.decide([MarginPair(p, b)]).choice == "rag"
+    looped = [policy.verdict([MarginPair(p, b)]).choice == "rag"
               for p, b in zip(m_prior, m_bind, strict=True)]
     assert policy.keeps_rag(m_prior, m_bind).tolist() == looped == [True, False, False, True]
 
@@ -74,30 +74,30 @@ def test_the_grid_is_every_lambda_and_tau() -> None:
 
 
 def test_several_candidates_keep_the_largest_m() -> None:
-    verdict = Policy.paper().decide([MarginPair(-3.0, 0.0), MarginPair(-1.0, 1.0),
+    verdict = Policy.paper().verdict([MarginPair(-3.0, 0.0), MarginPair(-1.0, 1.0),
                                      MarginPair(0.0, -1.0)])
     assert (verdict.choice, verdict.candidate) == ("rag", 1)
     assert verdict.margins == Margins(-1.0, 1.0, -0.5)
 
 
 def test_a_tie_keeps_the_earlier_candidate() -> None:
-    verdict = Policy.paper().decide([None, MarginPair(-1.0, 0.0), MarginPair(-0.5, -1.0)])
+    verdict = Policy.paper().verdict([None, MarginPair(-1.0, 0.0), MarginPair(-0.5, -1.0)])
     assert verdict.candidate == 1
 
 
 def test_a_nan_margin_cannot_block_a_real_one() -> None:
-    verdict = Policy.paper().decide([MarginPair(math.nan, 0.0), MarginPair(-1.0, 0.0)])
+    verdict = Policy.paper().verdict([MarginPair(math.nan, 0.0), MarginPair(-1.0, 0.0)])
     assert (verdict.choice, verdict.candidate) == ("rag", 1)
 
 
 def test_a_direct_kept_by_margins_still_names_the_best_candidate() -> None:
-    verdict = Policy.paper().decide([MarginPair(-9.0, 0.0), MarginPair(-4.0, 0.0)])
+    verdict = Policy.paper().verdict([MarginPair(-9.0, 0.0), MarginPair(-4.0, 0.0)])
     assert (verdict.choice, verdict.candidate, verdict.kept) == ("direct", 1, None)
 
 
 def test_no_candidate_with_margins_is_an_error() -> None:
     with pytest.raises(ValueError, match="settle"):
-        Policy.paper().decide([None, None])
+        Policy.paper().verdict([None, None])
 
 
 def test_single_sources_ignore_the_margins_but_audit_the_rule() -> None:
@@ -158,7 +158,7 @@ def test_a_settled_verdict_stands_under_a_margin_policy_not_under_a_single_sourc
     ("bind_only", 0.5, -1.0, "policy.lambda_bind", "leave lambda_bind unset"),
     ("rule", 0.5, math.inf, "policy.tau", "pass a finite tau"),
     ("rule", 0.5, None, "policy.tau", "pass tau as a float"),
-    ("paper", 1.0, -1.5, "policy", "use kind 'rule'"),
+    ("paper", 1.0, -1.5, "policy.kind", "use one of rule"),
 ])
 def test_bad_policies_name_the_field_and_the_fix(kind: str, lam: float | None,
                                                  tau: float | None, field: str, fix: str
@@ -169,9 +169,12 @@ def test_bad_policies_name_the_field_and_the_fix(kind: str, lam: float | None,
     assert fix in err.value.fix
 
 
-def test_old_names_load_as_the_policy_they_are() -> None:
-    assert Policy.of("no_bind", tau=-1.0) == PriorOnly(tau=-1.0)
-    assert Policy.of("paper") == Rule(0.5, -1.5)
+def test_old_names_are_refused_and_the_fix_names_the_policies() -> None:
+    # 0.1.0 keeps no aliases: an old variant name is an error naming the real ones.
+    for old in ("no_bind", "paper", "full"):
+        with pytest.raises(InvalidInputError) as err:
+            Policy.of(old, tau=-1.0)
+        assert err.value.field == "policy.kind" and "prior_only" in err.value.fix
     assert Policy.from_setting("bind_only", 0.5, -2.0) == BindOnly(tau=-2.0)
 
 
