@@ -1,8 +1,7 @@
 """Run-time settings of the arbiter (paper defaults).
 
-The bounds of the rule's numbers (``Tau``, ``LambdaBind``, :func:`check_rule_value`) are
-defined in :mod:`~trustmargin_integrations.vocabulary`, below the records; import them from
-there."""
+The bounds of the rule's numbers (``Tau``, ``LambdaBind``, ``check_rule_value``) are defined
+in :mod:`~trustmargin_integrations.vocabulary`, below the records; import them from there."""
 
 from __future__ import annotations
 
