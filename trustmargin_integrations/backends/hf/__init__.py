@@ -12,8 +12,11 @@ The arbiter drives one batch of questions through :meth:`HFBackend.session`:
 ``score_continuations`` is the plain reference: one full forward pass per sequence. The fast
 path agrees with it to about 1e-6 in fp32 (tests hold it to 1e-4).
 
-Modules: :mod:`.backend` (loading, tokens, reference scoring, generation), :mod:`.decoding`
-(the public prefill / step / greedy API that FLARE and CLeHe use), :mod:`.static_cache`
+Modules: :mod:`.loaded` (``LoadedModel``: the model, its tokenizer and what is read off them,
+the one record every other part receives), :mod:`.backend` (loading, and ``HFBackend``
+handing its calls to the parts), :mod:`.reference` (the plain scoring), :mod:`.batch` (a
+prefilled batch and its cache), :mod:`.decoding` (the public prefill / step / greedy API
+that FLARE and CLeHe use), :mod:`.static_cache`
 (greedy steps on a static KV cache, one CUDA graph replay per token on CUDA), :mod:`.masks`
 (4D attention masks), :mod:`.tree` (stems, planning, the tree-masked pass), :mod:`.session`
 (``HFSession``).
@@ -28,11 +31,9 @@ from trustmargin_integrations.extras import require_local_engine
 require_local_engine()
 
 from trustmargin_integrations.backends.hf.backend import HFBackend, pick_device, pick_dtype
-from trustmargin_integrations.backends.hf.decoding import (
-    DecodingBatch,
-    GreedyOutput,
-    TokenDecoding,
-)
+from trustmargin_integrations.backends.hf.batch import DecodingBatch
+from trustmargin_integrations.backends.hf.decoding import GreedyOutput, TokenDecoding
+from trustmargin_integrations.backends.hf.loaded import LoadedModel
 from trustmargin_integrations.backends.hf.session import HFSession
 from trustmargin_integrations.backends.hf.tree import CachedPrompts, Stem, common_prefix_length
 
@@ -42,6 +43,7 @@ __all__ = [
     "GreedyOutput",
     "HFBackend",
     "HFSession",
+    "LoadedModel",
     "Stem",
     "TokenDecoding",
     "common_prefix_length",
