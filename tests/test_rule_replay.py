@@ -66,7 +66,7 @@ def test_own_policy_reproduces_choice_reason_and_margins_to_the_bit(
 
 
 def test_grid_and_policy_replays_equal_the_old_code(recorded: dict[str, Any]) -> None:
-    # Old names (Decision.replay's variants, the calibration files' "paper"/"fitted") load
+    # Old names (Decision.replay's variants, the policy files' "paper"/"fitted") load
     # as the policies they are.
     grid = [Policy.of(variant, lam, tau, drop_unused=True)
             for lam, tau, variant in recorded["grid"]]

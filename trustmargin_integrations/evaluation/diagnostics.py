@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import mean, median
 
-from trustmargin_integrations.calibration_file import Objective, check_objective
 from trustmargin_integrations.config import PAPER_LAMBDA_BIND, PAPER_TAU
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.metrics import (
@@ -27,6 +26,7 @@ from trustmargin_integrations.evaluation.metrics import (
     token_f1,
 )
 from trustmargin_integrations.evaluation.runner import EvalRecord, NoiseRecord
+from trustmargin_integrations.policy_file import Objective, check_objective
 from trustmargin_integrations.rule import Choice
 from trustmargin_integrations.rule.replay import Variant, replay
 from trustmargin_integrations.schema import Decision

@@ -20,14 +20,14 @@ choices over the grid is built once per run and reused by every fold.
 by dataset (seeded shuffle), a fit on k-1 folds scores the held-out fold, and the pooled
 held-out predictions of the calibrated rule, the default rule, Direct and RAG are compared
 with paired bootstrap intervals. :func:`~.calibrate_command.calibrate_run` then fits on all
-questions and builds a :class:`~trustmargin_integrations.calibration_file.Calibration`, the JSON
+questions and builds a :class:`~trustmargin_integrations.policy_file.PolicyFile`, the JSON
 file ``TrustMargin.from_pretrained(..., calibration=path)`` loads (the file model lives in
-:mod:`trustmargin_integrations.calibration_file`, beside the arbiter that loads it).
+:mod:`trustmargin_integrations.policy_file`, beside the arbiter that loads it).
 
 With ``holdout`` > 0 a seeded, dataset-stratified share of the questions is set aside first:
 the fit (and its cross-validation) sees only the rest, the file lists the ids it was fitted
 on, and the held-out questions measure the fitted rule against the defaults, Direct and RAG.
-That is how the calibrations shipped for named models (``calibration="shipped"``) were made,
+That is how the policy files shipped for named models (``calibration="shipped"``) were made,
 so that an evaluation can be reported on questions the fit never saw.
 """
 
@@ -38,15 +38,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trustmargin_integrations.calibration_file import (
-    ComparisonResult,
-    CrossValidationResult,
-    DifferenceResult,
-    FoldResult,
-    IntervalResult,
-    Objective,
-    check_objective,
-)
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.bootstrap import (
     BEST_SINGLE,
@@ -59,6 +50,15 @@ from trustmargin_integrations.evaluation.diagnostics import (
     DEFAULT_LAMBDA,
     DEFAULT_TAU,
     Scored,
+)
+from trustmargin_integrations.policy_file import (
+    ComparisonResult,
+    CrossValidationResult,
+    DifferenceResult,
+    FoldResult,
+    IntervalResult,
+    Objective,
+    check_objective,
 )
 from trustmargin_integrations.rule import SETTLED, Rule
 from trustmargin_integrations.rule.replay import replay
@@ -226,7 +226,7 @@ def split_holdout(datasets: Sequence[str], holdout: float, seed: int) -> list[bo
 
 
 def require_unique_ids(ids: Sequence[str], holdout: float, where: str, fix: str) -> None:
-    """Under a hold-out split the calibration file lists the ids it was fitted on, so an id
+    """Under a hold-out split the policy file lists the ids it was fitted on, so an id
     that repeats would name a held-out question as a fitted one: refuse it (checked before
     anything is fitted, and by ``trustmargin check`` before anything is generated)."""
     if not holdout:
@@ -260,7 +260,7 @@ class CrossValidation:
     bootstrap: Bootstrap
 
     def result(self, objective: Objective) -> CrossValidationResult:
-        """The JSON-ready summary stored in the calibration file."""
+        """The JSON-ready summary stored in the policy file."""
         return CrossValidationResult(
             **comparison_result(self.bootstrap, objective).model_dump(), folds=self.folds,
             fold_fits=[FoldResult(lambda_bind=f.fit.lambda_bind, tau=f.fit.tau,

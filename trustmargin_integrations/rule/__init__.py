@@ -5,7 +5,7 @@ records.
   :class:`Margins`, :class:`Verdict`), :func:`compute_margins` and the paper's numbers;
 * :mod:`.settled`: questions decided before scoring (no evidence, blank or agreeing answers);
 * :mod:`.policies`: the policies, one class each, registered by name (the one vocabulary of
-  config, calibration files, CLI and records), and :meth:`Policy.decide`, the one executor of
+  config, policy files, CLI and records), and :meth:`Policy.decide`, the one executor of
   the rule (its vectorised form: :meth:`Policy.keeps_rag`);
 * :mod:`.replay`: a recorded Decision replayed under any policy (``replay``,
   ``replay_winner``, ``replay_answer``, ``kept_rag``), read through a protocol: the records

@@ -1,7 +1,7 @@
 """Decision policies: who turns a scored question's margins into a verdict.
 
 Each policy is one class here; defining it registers its name (:data:`POLICIES`), which is
-the one vocabulary read by the config (``TrustMarginConfig.policy``), calibration files, the
+the one vocabulary read by the config (``TrustMarginConfig.policy``), policy files, the
 CLI and the Decision records. Old names still load, mapped in :data:`LEGACY_NAMES`.
 
 The rule with several RAG-side candidates (say the answers of BM25-RAG, IRCoT and DTR), for
@@ -51,10 +51,10 @@ POLICIES: dict[str, type[Policy]] = {}
 """Every policy by its name, in definition order (filled by :meth:`Policy.__init_subclass__`)."""
 
 LEGACY_NAMES: dict[str, str] = {
-    "paper": "rule", "fitted": "rule",  # calibration files' kinds before one vocabulary
+    "paper": "rule", "fitted": "rule",  # policy files' kinds before one vocabulary
     "full": "rule", "no_bind": "prior_only", "no_prior": "weighted_bind",  # replay variants
 }
-"""Old names of policies (calibration files, the ``variant`` of :func:`.replay.replay`) and the
+"""Old names of policies (policy files, the ``variant`` of :func:`.replay.replay`) and the
 policy each one is: the one place they are mapped."""
 
 

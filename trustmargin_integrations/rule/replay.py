@@ -2,7 +2,7 @@
 
 The records (``schema.Decision``) never import the rule and carry no rule of their own: this
 module reads them through the protocols below, so a cached run replays under a policy it was
-not decided by (the lambda x tau grid, the ablations, a calibration file's or the domain
+not decided by (the lambda x tau grid, the ablations, a policy file's or the domain
 check's policy):
 
 * :func:`replay`: the side kept (``"direct"`` / ``"rag"``);
