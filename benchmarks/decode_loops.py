@@ -36,7 +36,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 from unittest import mock
@@ -129,7 +129,8 @@ def best_times(clock: Clock, fns: Sequence[Callable[[], object]], repeats: int) 
 def forced_length(backend: HFBackend) -> Iterator[None]:
     """Switch off HFBackend's EOS stop (``generate`` without ``stop`` has no other) so that
     exactly the asked number of tokens is made."""
-    with mock.patch.object(backend, "eos_token_ids", frozenset()):
+    loaded = replace(backend.decoding.loaded, eos_token_ids=frozenset())
+    with mock.patch.object(backend.decoding, "loaded", loaded):
         yield
 
 
@@ -156,10 +157,11 @@ def measure_loops(backend: HFBackend, clock: Clock, batch_sizes: Sequence[int],
                                    "prompt_tokens": max(len(p) for p in prompts),
                                    "new_tokens": new_tokens, "repeats": repeats}
             try:
-                with mock.patch.multiple(backend, static_decode=static, cuda_graphs=graphs), \
+                with mock.patch.multiple(backend.decoding, static_decode=static,
+                                         cuda_graphs=graphs), \
                         forced_length(backend):
                     made = backend.greedy(prompts, new_tokens)  # untimed: warms this shape
-                    row["loop_used"] = backend.last_decode_loop
+                    row["loop_used"] = backend.decoding.last_decode_loop
                     one, many = best_times(
                         clock, [lambda p=prompts: backend.greedy(p, 1),
                                 lambda p=prompts: backend.greedy(p, new_tokens)], repeats)

@@ -229,7 +229,7 @@ def measure_decode(backend: HFBackend, clock: Clock, prompt: str, steps: int,
                                    lambda: model_decode(backend, ids, steps)], repeats)
     with forced_length(backend):
         made = len(backend.greedy([ids], steps).tokens[0])
-        loop = backend.last_decode_loop
+        loop = backend.decoding.last_decode_loop
         b_one, b_many = best_times(clock, [lambda: backend.generate([prompt], 1),
                                            lambda: backend.generate([prompt], steps)], repeats)
     return {"prompt_tokens": len(ids), "new_tokens": steps, "backend_tokens_made": made,

@@ -26,12 +26,12 @@ from trustmargin_integrations.backends.hf import HFBackend
 from trustmargin_integrations.backends.loading import load_backend, load_backends
 from trustmargin_integrations.backends.openai_compat import OpenAICompatBackend
 from trustmargin_integrations.backends.spec import BackendSpec
-from trustmargin_integrations.calibration_file import Calibration
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.runner import settings_for
+from trustmargin_integrations.policy_file import PolicyFile
 
 SERVER = "http://127.0.0.1:9"  # nothing listens there; no test here sends a request
-SHIPPED = Path(trustmargin_integrations.__file__).parent / "calibrations" / "smollm2-135m.json"
+SHIPPED = Path(trustmargin_integrations.__file__).parent / "policies" / "smollm2-135m.json"
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -172,15 +172,15 @@ def test_a_policy_from_another_backend_warns_naming_both(
         tm: TrustMargin, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     model = tm.backend.model_id
     other = _fitted_file(tmp_path, model_id=model, backend_kind="openai", backend_model=model)
-    with caplog.at_level(logging.WARNING, logger="trustmargin_integrations.calibration_file"):
+    with caplog.at_level(logging.WARNING, logger="trustmargin_integrations.policy_file"):
         TrustMargin.calibrated(tm.backend, other)
     [warning] = [r.getMessage() for r in caplog.records]
     assert f"openai:{model}" in warning and f"hf:{model}" in warning
     caplog.clear()
     same = _fitted_file(tmp_path, model_id=model, backend_kind="hf", backend_model=model)
     old = _fitted_file(tmp_path / "old", model_id=model)  # written before the fields existed
-    with caplog.at_level(logging.WARNING, logger="trustmargin_integrations.calibration_file"):
+    with caplog.at_level(logging.WARNING, logger="trustmargin_integrations.policy_file"):
         TrustMargin.calibrated(tm.backend, same)
         TrustMargin.calibrated(tm.backend, old)
-    assert Calibration.load(old).backend_kind is None
+    assert PolicyFile.load(old).backend_kind is None
     assert not caplog.records

@@ -1,9 +1,9 @@
 """Calibration of lambda_bind and tau from cached Decisions (evaluation/rule_fit.py; the
-file model: calibration_file.py).
+file model: policy_file.py).
 
 Synthetic Decisions carry margins generated with a known (lambda, tau) and gold answers that
 make that rule exactly right, so the fit must find it; cross-validation is instrumented to
-prove no question is scored by a fit that saw it; the calibration file is refused for another
+prove no question is scored by a fit that saw it; the policy file is refused for another
 model or prompt version; and ``trustmargin calibrate`` runs end to end on a small real eval
 run of the embedded model (4 questions, the pattern of test_eval_run.py, on the project's own
 demo questions so that the candidates' scores are not all zero).
@@ -20,7 +20,6 @@ import pytest
 from typer.testing import CliRunner
 
 from trustmargin_integrations.arbiter import TrustMargin
-from trustmargin_integrations.calibration_file import Calibration
 from trustmargin_integrations.cli import app
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
@@ -38,7 +37,9 @@ from trustmargin_integrations.evaluation.rule_fit import (
     assign_folds,
     cross_validate,
 )
+from trustmargin_integrations.policy_file import PolicyFile
 from trustmargin_integrations.prompts import PROMPT_VERSION
+from trustmargin_integrations.rule import Policy
 from trustmargin_integrations.rule.replay import replay
 from trustmargin_integrations.schema import Decision
 
@@ -179,30 +180,31 @@ def test_cross_validation_never_scores_a_question_it_fitted_on(
                                        "calibrated - direct", "calibrated - rag"}
 
 
-def _calibration(**changes: Any) -> Calibration:
+def _calibration(**changes: Any) -> PolicyFile:
     base = dict(model_id="smollm2-135m", dtype="float32", prompt_version=PROMPT_VERSION,
-                retrieval={"mode": "precomputed", "top_k": 3}, lambda_bind=1.2, tau=-0.7,
-                objective="f1", score=50.0, default_score=40.0,
+                retrieval={"mode": "precomputed", "top_k": 3},
+                policy={"kind": "rule", "lambda_bind": 1.2, "tau": -0.7}, objective="f1",
+                score=50.0, default_score=40.0,
                 grid={"lambdas": list(LAMBDAS), "taus": list(TAUS)},
                 fitted_on={"run_dir": "r", "datasets": {"cwq": 4}, "n": 4},
                 created_at="2025-01-01T00:00:00+00:00", package_version="0.1.0")
-    return Calibration.model_validate({**base, **changes})
+    return PolicyFile.model_validate({**base, **changes})
 
 
 def test_calibration_file_round_trips_and_applies(tmp_path: Path) -> None:
     c = _calibration()
     path = c.save(tmp_path / "cal.json")
-    assert Calibration.load(path) == c
+    assert PolicyFile.load(path) == c
     config = c.apply(TrustMarginConfig(top_k=7, batch_size=2))
     assert (config.lambda_bind, config.tau, config.top_k, config.batch_size) == (1.2, -0.7, 7, 2)
     (tmp_path / "bad.json").write_text(json.dumps({"model_id": "x"}))
-    with pytest.raises(InvalidInputError, match="not a calibration file") as err:
-        Calibration.load(tmp_path / "bad.json")
+    with pytest.raises(InvalidInputError, match="not a policy file") as err:
+        PolicyFile.load(tmp_path / "bad.json")
     assert err.value.field == "calibration"
     with pytest.raises(InvalidInputError, match="does not exist"):
-        Calibration.load(tmp_path / "missing.json")
+        PolicyFile.load(tmp_path / "missing.json")
     with pytest.raises(ValueError, match="finite"):
-        _calibration(tau=float("nan"))
+        _calibration(policy={"kind": "rule", "lambda_bind": 1.2, "tau": float("nan")})
 
 
 def test_a_mismatched_calibration_is_refused(
@@ -231,11 +233,11 @@ def test_a_mismatched_calibration_is_refused(
             TrustMargin.from_pretrained("smollm2-135m", calibration=path)
         assert err.value.field == "calibration" and "calibrate" in err.value.fix
         with pytest.raises(InvalidInputError, match=problem):
-            TrustMargin.calibrated(backend, Calibration.load(path))
+            TrustMargin.calibrated(backend, PolicyFile.load(path))
     # A broken file is refused before any model is loaded.
     (tmp_path / "broken.json").write_text("{")
     before = len(loads)
-    with pytest.raises(InvalidInputError, match="not a calibration file"):
+    with pytest.raises(InvalidInputError, match="not a policy file"):
         TrustMargin.from_pretrained("smollm2-135m", calibration=tmp_path / "broken.json")
     assert len(loads) == before
     # Asked for the paper's rule, nothing changes (the default, the shipped policy, is
@@ -278,12 +280,13 @@ def test_calibrate_command_end_to_end_on_a_real_run(tm: TrustMargin, tmp_path: P
     assert "2-fold cross-validation" in text and "Small sample" in text
     assert "calibrated - default" in text and f"calibration: {out}" in text
 
-    c = Calibration.load(out)
+    c = PolicyFile.load(out)
     assert (c.model_id, c.prompt_version, c.dtype) == (tm.backend.model_id, PROMPT_VERSION,
                                                        "float32")
     assert (c.retrieval.mode, c.retrieval.top_k) == ("precomputed", 3)
     assert c.fitted_on.datasets == {"demo4": 4} and c.fitted_on.run_dir == "run"
-    assert c.lambda_bind in LAMBDAS and c.tau in TAUS and c.objective == "f1"
+    assert c.policy.kind == "rule" and c.objective == "f1"
+    assert c.policy.lambda_bind in LAMBDAS and c.policy.tau in TAUS
     assert c.cv is not None and c.cv.folds == 2 and c.cv.small_sample
     assert sum(f.n_test for f in c.cv.fold_fits) == 4
     table = method_scores(score_records(load_run(run_dir)[0].records))
@@ -294,10 +297,11 @@ def test_calibrate_command_end_to_end_on_a_real_run(tm: TrustMargin, tmp_path: P
     assert c.cv.methods["rag"].mean == pytest.approx(table["rag"][0])
     # The replayed fit on all four questions is the score the file claims.
     refit = cal.Problem({"demo4": score_records(records)}).fit()
-    assert (refit.lambda_bind, refit.tau, refit.score) == (c.lambda_bind, c.tau, c.score)
+    assert c.policy == Policy.fitted(refit.lambda_bind, refit.tau) and refit.score == c.score
     # The file loads onto the same model, and changes the arbiter's rule.
     calibrated = TrustMargin.calibrated(tm.backend, out)
-    assert (calibrated.config.lambda_bind, calibrated.config.tau) == (c.lambda_bind, c.tau)
+    assert (calibrated.config.lambda_bind, calibrated.config.tau) == (c.policy.lambda_bind,
+                                                                      c.policy.tau)
 
     bad = runner.invoke(app, ["calibrate", str(run_dir), "--objective", "bleu"])
     assert isinstance(bad.exception, InvalidInputError) and "--objective" in str(bad.exception)

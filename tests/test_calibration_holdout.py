@@ -17,7 +17,6 @@ import pytest
 from typer.testing import CliRunner
 
 from trustmargin_integrations.arbiter import TrustMargin
-from trustmargin_integrations.calibration_file import Calibration, shipped_models, shipped_path
 from trustmargin_integrations.cli import app
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation import rule_fit as cal
@@ -28,6 +27,7 @@ from trustmargin_integrations.evaluation.report import build_report
 from trustmargin_integrations.evaluation.rule_fit import Problem, split_holdout
 from trustmargin_integrations.evaluation.rundir import open_store, record_dataset
 from trustmargin_integrations.evaluation.runner import EvalRecord
+from trustmargin_integrations.policy_file import PolicyFile, shipped_models, shipped_path
 from trustmargin_integrations.prompts import PROMPT_VERSION
 from trustmargin_integrations.rule.replay import replay, replay_winner
 from trustmargin_integrations.schema import Decision
@@ -131,7 +131,7 @@ def test_holdout_comparison_is_the_fitted_rule_on_unseen_questions(tmp_path: Pat
     _write_run(tmp_path / "run", {"a": 30})
     c, _ = calibrate_run(tmp_path / "run", folds=0, holdout=0.4, split_seed=1, resamples=300)
     path = c.save(tmp_path / "cal.json")
-    loaded = Calibration.load(path)
+    loaded = PolicyFile.load(path)
     assert loaded == c
     store = open_store(tmp_path / "run")
     fitted = set(c.fitted_on.question_ids)
@@ -142,7 +142,7 @@ def test_holdout_comparison_is_the_fitted_rule_on_unseen_questions(tmp_path: Pat
             continue
         gold = "Lyon" if d.m_prior + TRUE_LAMBDA * d.m_bind > TRUE_TAU else "Paris"  # type: ignore[operator]
         s = score_decision(d, [gold])
-        held_scores.append(s.f1(replay(d, lambda_bind=c.lambda_bind, tau=c.tau)))
+        held_scores.append(s.f1(replay(d, lambda_bind=c.policy.lambda_bind, tau=c.policy.tau)))
     assert len(held_scores) == 12
     assert c.held_out is not None
     assert c.held_out.methods["calibrated"].mean == pytest.approx(100 * np.mean(held_scores))
@@ -152,20 +152,20 @@ def test_shipped_calibrations_load_and_are_refused_for_another_model() -> None:
     models = shipped_models()
     assert models, "the package ships at least one calibration"
     for name in models:
-        c = Calibration.coerce("shipped", model=name)
+        c = PolicyFile.coerce("shipped", model=name)
         assert c.model_id == name and c.prompt_version == PROMPT_VERSION
         # Shipped files are fitted on part of a run and say which questions they saw.
         assert c.fitted_on.question_ids and c.held_out is not None
         assert shipped_path(name).is_file()
-    with pytest.raises(InvalidInputError, match="no calibration is shipped") as err:
-        Calibration.coerce("shipped", model="some/other-model")
+    with pytest.raises(InvalidInputError, match="no policy file is shipped") as err:
+        PolicyFile.coerce("shipped", model="some/other-model")
     assert err.value.field == "calibration" and "trustmargin calibrate" in err.value.fix
 
 
 def test_shipped_calibration_is_checked_against_the_loaded_model(backend: object) -> None:
     other = next(m for m in shipped_models() if m != "smollm2-135m")
     with pytest.raises(InvalidInputError, match="was fitted for model"):
-        TrustMargin.calibrated(backend, Calibration.coerce("shipped", model=other))  # type: ignore[arg-type]
+        TrustMargin.calibrated(backend, PolicyFile.coerce("shipped", model=other))  # type: ignore[arg-type]
 
 
 def test_report_has_the_calibrated_rule_and_question_types(tmp_path: Path) -> None:
@@ -207,9 +207,11 @@ def test_report_applies_a_calibration_files_policy_not_only_its_numbers(tmp_path
     c, _ = calibrate_run(run, folds=0, holdout=0.5, split_seed=0, resamples=200)
     rule_md = build_report(run, calibration=c).read_text(encoding="utf-8")
     rule_row = json.loads((run / "summary.json").read_text())["calibrated"]["calibration_file"]
-    always_rag = c.model_copy(update={"policy": Policy.always_rag()})
+    always_rag = PolicyFile.model_validate({**c.model_dump(), "score": None,
+                                            "default_score": None, "grid": None,
+                                            "policy": Policy.always_rag()})
     md = build_report(run, calibration=always_rag).read_text(encoding="utf-8")
-    assert "**Calibration file** (policy always-RAG;" in md
+    assert "**Policy file** (policy always-RAG;" in md
     held = json.loads((run / "summary.json").read_text())["calibrated"]["calibration_file"]
     for name in ("a", "b", "average"):
         methods = held[name]["f1"]["methods"]
@@ -217,7 +219,7 @@ def test_report_applies_a_calibration_files_policy_not_only_its_numbers(tmp_path
     assert held["policy"] == {"policy": "always_rag"}
     assert rule_row["average"]["f1"]["methods"]["calibrated"]["mean"] != pytest.approx(
         held["average"]["f1"]["methods"]["calibrated"]["mean"])
-    assert "**Calibration file** (policy TrustMargin (fitted: lambda" in rule_md
+    assert "**Policy file** (policy TrustMargin (fitted: lambda" in rule_md
 
 
 def test_grid_choices_are_the_replayed_rule_in_every_cell() -> None:
@@ -254,7 +256,7 @@ def test_cli_calibration_option_conflicts_and_unknown_models(tmp_path: Path) -> 
                                   "no/such-model", "--calibration", "shipped"])
     assert unknown.exit_code != 0
     text = " ".join(unknown.output.split()) + str(unknown.exception or "")
-    assert "no calibration is shipped" in text
+    assert "no policy file is shipped" in text
 
 
 def test_check_with_holdout_chooses_on_one_part_and_scores_on_the_other(

@@ -1,6 +1,7 @@
-"""A calibration file's numbers are numbers: ``true`` and ``"-1.5"`` are refused at the top
+"""A policy file's numbers are numbers: ``true`` and ``"-1.5"`` are refused at the top
 level and inside ``policy``, before any model loads (before: lax validation read them as 1.0
-and -1.5). Integers stay numbers (``"tau": -2``), and a file with a byte-order mark loads.
+and -1.5). Integers stay numbers (``"tau": -2``), and a file with a byte-order mark loads. A
+field the file's policy does not use (a ``tau`` beside always-RAG) is refused by name.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from cli_support import run_main
 from run_support import forbid_model_load, synthetic_run
 
 from trustmargin_integrations.arbiter import TrustMargin
-from trustmargin_integrations.calibration_file import Calibration
 from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.policy_file import PolicyFile
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +29,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     assert done.exit_code == 0, done.output
     data: dict[str, Any] = json.loads((root / "policy.json").read_text())
     data["policy"] = {"kind": "fitted", "lambda_bind": 0.8, "tau": -0.25}
+    data["score"] = 40.0  # the rule fit's in-sample score: allowed beside the rule
     return data
 
 
@@ -38,9 +40,8 @@ def _file(tmp_path: Path, data: dict[str, Any]) -> Path:
 
 
 @pytest.mark.parametrize(("where", "value"), [
-    (("tau",), True), (("tau",), "-1.5"), (("lambda_bind",), "0.5"), (("lambda_bind",), False),
-    (("score",), True), (("policy", "tau"), "-0.25"), (("policy", "lambda_bind"), True),
-    (("policy", "tau"), False),
+    (("score",), True), (("score",), "40"), (("policy", "tau"), "-0.25"),
+    (("policy", "lambda_bind"), True), (("policy", "tau"), False),
 ])
 def test_a_bool_or_a_numeric_string_is_refused(written: dict[str, Any], tmp_path: Path,
                                                where: tuple[str, ...], value: Any) -> None:
@@ -50,14 +51,14 @@ def test_a_bool_or_a_numeric_string_is_refused(written: dict[str, Any], tmp_path
         target = target[key]
     target[where[-1]] = value
     with pytest.raises(InvalidInputError) as err:
-        Calibration.load(_file(tmp_path, data))
+        PolicyFile.load(_file(tmp_path, data))
     assert err.value.field == "calibration"
     assert f"{'.'.join(where)}: input should be a valid number, got {value!r}" in str(err.value)
     # An integer is a number (and a file with a byte-order mark loads).
-    target[where[-1]] = -2 if where[-1] == "tau" else 1
+    target[where[-1]] = -2 if where[-1] in ("tau", "score") else 1
     path = tmp_path / "cal.json"
     path.write_bytes(b"\xef\xbb\xbf" + json.dumps(data).encode("utf-8"))
-    loaded = Calibration.load(path)
+    loaded = PolicyFile.load(path)
     owner = loaded.policy if where[0] == "policy" else loaded
     assert getattr(owner, where[-1]) == float(target[where[-1]])
 
@@ -75,3 +76,40 @@ def test_refused_before_the_model_loads(written: dict[str, Any], tmp_path: Path,
                    str(bad))
     assert run.exit_code == 2 and run.output.startswith("error --calibration:"), run.output
     assert "policy.tau: input should be a valid number" in run.output
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    # Files from before 0.1.0's policy files: the rule's numbers beside the policy.
+    ({"tau": -1.5}, "calibration.tau"),
+    ({"lambda_bind": 0.5}, "calibration.lambda_bind"),
+    ({"policy": {"kind": "always_rag", "tau": None}}, "calibration.policy.tau"),
+    ({"policy": {"kind": "always_rag"}, "score": 40.0}, "calibration.score"),
+    ({"policy": {"kind": "bind_only", "lambda_bind": 0.5, "tau": -2.0}},
+     "calibration.policy.lambda_bind"),
+    ({"note": "mine"}, "calibration.note"),
+])
+def test_a_field_its_policy_does_not_use_is_refused_by_name(
+        written: dict[str, Any], tmp_path: Path, change: dict[str, Any], field: str) -> None:
+    """Never silently ignored: an unused tau would look like it set something."""
+    with pytest.raises(InvalidInputError) as err:
+        PolicyFile.load(_file(tmp_path, {**written, **change}))
+    assert err.value.field == field
+    assert err.value.fix.startswith(f"delete {field.removeprefix('calibration.')}") or \
+        err.value.fix.startswith(f"delete {field.removeprefix('calibration.')!r}")
+
+
+def test_a_written_file_holds_only_what_its_policy_uses(written: dict[str, Any],
+                                                        tmp_path: Path) -> None:
+    """always-RAG: no numbers at all; bind_only: its tau; the rule: both, with its fit."""
+    for policy, numbers in (({"kind": "always_rag"}, set()),
+                            ({"kind": "bind_only", "tau": -2.0}, {"tau"}),
+                            ({"kind": "rule", "lambda_bind": 0.5, "tau": -1.5},
+                             {"lambda_bind", "tau"})):
+        data = {**written, "policy": policy}
+        if policy["kind"] != "rule":
+            data = {k: v for k, v in data.items() if k not in ("score", "default_score", "grid")}
+        saved = PolicyFile.load(_file(tmp_path, data)).save(tmp_path / "saved.json")
+        again: dict[str, Any] = json.loads(saved.read_text(encoding="utf-8"))
+        assert set(again["policy"]) - {"kind"} == numbers
+        assert "lambda_bind" not in again and "tau" not in again
+        assert None not in again.values()

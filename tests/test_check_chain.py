@@ -27,10 +27,10 @@ from langsmith.schemas import Example
 from trustmargin_integrations import check_chain
 from trustmargin_integrations.answering import other_model_warning
 from trustmargin_integrations.arbiter import TrustMargin
-from trustmargin_integrations.calibration_file import Calibration
 from trustmargin_integrations.cli.chain_answers import ANSWERS_FILE, RECORDS_FILE
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.datasets import load_examples
+from trustmargin_integrations.policy_file import PolicyFile
 
 IDS = ("q00", "q01", "q02", "q04")
 
@@ -227,7 +227,7 @@ def test_langsmith_records_with_answers_are_checked_on_them(one_model: TrustMarg
                       "--folds", "2", "--resamples", "200")
     assert result.exit_code == 0, result.output
     assert "answers: your chain's own (direct_answer, rag_answer)" in result.output
-    policy = Calibration.load(tmp_path / "export.jsonl.check" / "policy.json")
+    policy = PolicyFile.load(tmp_path / "export.jsonl.check" / "policy.json")
     assert policy.scoring_form == "differential"
 
 
@@ -286,7 +286,7 @@ def test_check_chain_cli_on_a_langchain_rag_chain(one_model: TrustMargin, tmp_pa
     run_dir = tmp_path / "labeled.jsonl.check"
     _check_records(_records(run_dir), labeled)
     assert len(module.CALLS) == 2 * len(labeled)  # each question once per side
-    policy = Calibration.load(run_dir / "policy.json")
+    policy = PolicyFile.load(run_dir / "policy.json")
     assert policy.scoring_form == "differential" and policy.evidence is not None
     # Run again: every answer and score comes from the run directory.
     again = run_main(*args)
@@ -330,7 +330,7 @@ def test_check_chain_on_a_llama_index_query_engine(one_model: TrustMargin, tmp_p
     assert "answered by RetrieverQueryEngine (smollm2-135m)" in " ".join(result.output.split())
     cli_records = _records(tmp_path / "labeled.jsonl.check")
     _check_records(cli_records, labeled)
-    assert Calibration.load(tmp_path / "labeled.jsonl.check" / "policy.json").scoring_form \
+    assert PolicyFile.load(tmp_path / "labeled.jsonl.check" / "policy.json").scoring_form \
         == "differential"
     # The same from Python, on the engine object, into another run directory: the same
     # records (greedy decoding), the policy where it was asked for.

@@ -18,11 +18,11 @@ from cli_support import run_main
 
 import trustmargin_integrations
 from trustmargin_integrations.arbiter import TrustMargin
-from trustmargin_integrations.calibration_file import Calibration
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.calibrate_command import LoadedRun
 from trustmargin_integrations.evaluation.datasets import load_examples
 from trustmargin_integrations.evaluation.metrics import contains_gold, token_f1
+from trustmargin_integrations.policy_file import PolicyFile
 from trustmargin_integrations.rule.replay import replay
 
 DEMO = Path(trustmargin_integrations.__file__).parent / "demo_data"
@@ -101,7 +101,7 @@ def test_check_runs_on_a_chains_answers_and_says_how_they_were_compared(
     assert "your chain's own (direct_answer, rag_answer), compared under scoring form " \
            "'differential' and graded whole" in " ".join(result.output.split())
     run_dir = tmp_path / "chain.jsonl.check"
-    policy = Calibration.load(run_dir / "policy.json")
+    policy = PolicyFile.load(run_dir / "policy.json")
     assert policy.scoring_form == "differential"
     # Loading the policy compares a chain's texts the way the check did.
     calibrated = TrustMargin.calibrated(tm.backend, run_dir / "policy.json")
@@ -172,7 +172,7 @@ def test_check_by_gold_stated_grades_each_chosen_text_by_its_gold_answer(
     assert by_hand(contains_gold, "rag") == by_hand(contains_gold, "direct") == 50.0
     assert by_hand(token_f1, "rag") < 20.0
 
-    policy = Calibration.load(run_dir / "policy.json")
+    policy = PolicyFile.load(run_dir / "policy.json")
     assert policy.objective == "contains" and policy.evidence is not None
     assert policy.evidence["objective"] == "contains"
     assert policy.evidence["candidates"]["paper"]["contains"]["mean"] == pytest.approx(

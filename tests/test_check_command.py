@@ -1,6 +1,6 @@
 """``trustmargin check`` end to end: a user's labeled JSONL file (no passages, retrieved from
 a corpus with the embedded BM25) is answered and scored once by the real embedded SmolLM2,
-the domain check picks a policy, prints its verdict first and writes a calibration file that
+the domain check picks a policy, prints its verdict first and writes a policy file that
 loads onto the model and sets its policy. Kept to one small run (four of the project's demo
 questions): the shared test machine is slow.
 """
@@ -14,12 +14,12 @@ from cli_support import DEMO, run_main, write_labeled
 from run_support import synthetic_run
 
 from trustmargin_integrations.arbiter import TrustMargin
-from trustmargin_integrations.calibration_file import Calibration, shipped_path
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.check_command import describe_check
 from trustmargin_integrations.evaluation.datasets import load_examples
 from trustmargin_integrations.evaluation.domain_check import PolicyCheckResult
 from trustmargin_integrations.evaluation.policy_selection import POLICY_KINDS
+from trustmargin_integrations.policy_file import PolicyFile, shipped_path
 from trustmargin_integrations.prompts import PROMPT_VERSION
 from trustmargin_integrations.rule import Policy
 
@@ -72,7 +72,7 @@ def test_check_runs_end_to_end_on_a_labeled_file(
     policy_file = run_dir / "policy.json"
     assert f"policy: {policy_file}" in " ".join(result.output.split())
 
-    c = Calibration.load(policy_file)
+    c = PolicyFile.load(policy_file)
     assert (c.model_id, c.prompt_version) == (tm.backend.model_id, PROMPT_VERSION)
     assert c.retrieval.mode == "bm25:corpus.json" and c.fitted_on.datasets == {"mine": 4}
     assert c.policy is not None and c.evidence is not None
@@ -89,13 +89,13 @@ def test_check_runs_end_to_end_on_a_labeled_file(
     from_dir = run_main("check", str(run_dir), "--folds", "2", "--resamples", "300",
                         "--out", str(tmp_path / "again.json"))
     assert from_dir.exit_code == 0, from_dir.output
-    assert Calibration.load(tmp_path / "again.json").policy == c.policy
+    assert PolicyFile.load(tmp_path / "again.json").policy == c.policy
 
 
 def test_the_objective_is_recorded_in_the_written_files_and_survives_a_reload(
         tmp_path: Path) -> None:
     """``--objective contains`` (no model: a synthetic run directory): the policy file of
-    ``check`` and the calibration file of ``calibrate`` say what they maximized, and say it
+    ``check`` and the policy file of ``calibrate`` say what they maximized, and say it
     again after a reload and a rewrite."""
     run_dir = synthetic_run(tmp_path / "run")
     for command, name in (("check", "policy.json"), ("calibrate", "calibration.json")):
@@ -104,13 +104,13 @@ def test_the_objective_is_recorded_in_the_written_files_and_survives_a_reload(
                           "--resamples", "200", "--out", str(out))
         assert result.exit_code == 0, result.output
         assert "objective: gold stated" in result.output
-        written = Calibration.load(out)
+        written = PolicyFile.load(out)
         assert written.objective == "contains"
-        again = Calibration.load(written.save(tmp_path / f"again-{name}"))
+        again = PolicyFile.load(written.save(tmp_path / f"again-{name}"))
         assert again == written
-    calibration = Calibration.load(tmp_path / "calibration.json")
+    calibration = PolicyFile.load(tmp_path / "calibration.json")
     assert calibration.cv is not None and calibration.cv.objective == "contains"
-    policy = Calibration.load(tmp_path / "policy.json")
+    policy = PolicyFile.load(tmp_path / "policy.json")
     assert policy.evidence is not None and policy.evidence["objective"] == "contains"
     check = PolicyCheckResult.model_validate(policy.evidence)
     # Reported beside gold stated: F1 (EM of a whole chat answer says nothing).
@@ -122,7 +122,7 @@ def test_the_objective_is_recorded_in_the_written_files_and_survives_a_reload(
 @pytest.mark.parametrize("model", ["smollm2-135m", "qwen2.5-1.5b"])
 def test_a_policy_file_written_before_contains_still_loads_and_prints(model: str) -> None:
     """The shipped policy files were written when F1 and EM were the only objectives."""
-    old = Calibration.load(shipped_path(model))
+    old = PolicyFile.load(shipped_path(model))
     assert old.objective == "f1" and old.evidence is not None
     check = PolicyCheckResult.model_validate(old.evidence)
     paper = check.candidates["paper"]

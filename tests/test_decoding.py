@@ -101,7 +101,7 @@ def test_check_after_limits_the_predicate_to_tokens_holding_those_characters(
     batch = prompts(backend)
     recorder = Recorder("\n", check_after="\n\r")
     output = backend.greedy(batch, 24, stop=recorder)
-    line_tokens = backend.tokens_holding("\n\r")
+    line_tokens = backend.decoding.tokens_holding("\n\r")
     assert recorder.seen and all("\n" in text or "\r" in text for text in recorder.seen)
     for tokens, stop in zip(output.tokens, output.stops, strict=True):
         if stop == "stop":

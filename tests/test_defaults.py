@@ -25,11 +25,10 @@ from notebook_support import execute_notebook
 
 import trustmargin_integrations.langchain as lc
 import trustmargin_integrations.llama_index as li
-from trustmargin_integrations import calibration_file
+from trustmargin_integrations import policy_file
 from trustmargin_integrations.arbiter import TrustMargin, core
 from trustmargin_integrations.backends import loading
 from trustmargin_integrations.backends.spec import BackendSpec
-from trustmargin_integrations.calibration_file import Calibration, shipped_path
 from trustmargin_integrations.config import (
     CHAT_MAX_NEW_TOKENS,
     CHAT_MAX_NEW_TOKENS_LIMIT,
@@ -50,6 +49,7 @@ from trustmargin_integrations.llama_index import (
     TrustMarginQueryEngine,
     TrustMarginRetrieverQueryEngine,
 )
+from trustmargin_integrations.policy_file import PolicyFile, shipped_path
 from trustmargin_integrations.retrieval import BM25Index
 from trustmargin_integrations.schema import Passage
 
@@ -75,7 +75,7 @@ def loads(backend: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict
 
     monkeypatch.setattr(core, "load_backend", load_backend)
     monkeypatch.setattr(loading, "load_backend", load_backend)  # the CLI's factory
-    monkeypatch.setattr(calibration_file, "_TOLD", set())  # each test sees its own first load
+    monkeypatch.setattr(policy_file, "_TOLD", set())  # each test sees its own first load
     return calls
 
 
@@ -84,7 +84,7 @@ def loads(backend: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict
 
 def test_a_named_model_loads_its_shipped_policy_unless_the_paper_rule_is_asked_for(
         loads: list[Any], caplog: pytest.LogCaptureFixture) -> None:
-    shipped = Calibration.load(shipped_path("smollm2-135m")).apply()
+    shipped = PolicyFile.load(shipped_path("smollm2-135m")).apply()
     with caplog.at_level(logging.WARNING):
         tm = TrustMargin.from_pretrained()
     assert tm.config == shipped and tm.config.policy == "always_rag"

@@ -10,12 +10,12 @@ from __future__ import annotations
 import pytest
 from cli_support import run_main
 
-from trustmargin_integrations.calibration_file import AUTO, calibration_for
+from trustmargin_integrations.policy_file import AUTO, policy_file_for
 
 
 def python_default_label() -> str:
     """The label of the policy ``TrustMargin.from_pretrained()`` applies to SmolLM2."""
-    shipped = calibration_for(AUTO, "smollm2-135m")
+    shipped = policy_file_for(AUTO, "smollm2-135m")
     assert shipped is not None
     return shipped.decision_policy.label
 

@@ -100,8 +100,8 @@ def test_a_document_dict_without_page_content_is_a_typed_error(tm: TrustMargin) 
 def test_a_duplicate_json_key_is_refused_at_every_reader(tmp_path: Path) -> None:
     """The standard parser silently keeps the last of two equal keys; every file a user
     gives us (score input, corpus, dataset, calibration) refuses it, naming the record."""
-    from trustmargin_integrations.calibration_file import Calibration
     from trustmargin_integrations.evaluation.datasets import load_examples
+    from trustmargin_integrations.policy_file import PolicyFile
     from trustmargin_integrations.retrieval.corpus import load_corpus
 
     twice = ('{"question": "Q1?", "question": "Q2?", "passages": ["p"], '
@@ -124,7 +124,7 @@ def test_a_duplicate_json_key_is_refused_at_every_reader(tmp_path: Path) -> None
     calibration = tmp_path / "calibration.json"
     calibration.write_text('{"lambda_bind": 0.5, "lambda_bind": 0.9}', encoding="utf-8")
     with pytest.raises(InvalidInputError, match="'lambda_bind' twice"):
-        Calibration.load(calibration)
+        PolicyFile.load(calibration)
     nan = tmp_path / "nan.jsonl"
     nan.write_text('{"title": "A", "text": "x", "score": NaN}\n', encoding="utf-8")
     with pytest.raises(InvalidInputError, match="NaN is not a JSON number"):

@@ -1,4 +1,4 @@
-"""The files a user gives (labeled questions, corpora, ``score`` input, calibration files) are
+"""The files a user gives (labeled questions, corpora, ``score`` input, policy files) are
 read as written: a JSONL line is split on ``\\n`` only, so a raw U+2028, U+2029, U+0085 or
 form feed inside a JSON string stays in the string (``str.splitlines`` cut the record in
 two and refused it); a UTF-8 byte-order mark is accepted (it was refused as invalid JSON);

@@ -1,4 +1,4 @@
-"""Issue 17's policies in the product: the config and calibration file name a policy, the
+"""Issue 17's policies in the product: the config and policy file name a policy, the
 arbiter applies it through ``margins.apply_policy``, and the Decision keeps the audit (the
 margins and the paper rule's choice) and replays what was actually decided.
 
@@ -17,7 +17,6 @@ from langchain_core.documents import Document
 from llama_index.core.query_engine import RetrieverQueryEngine
 
 from trustmargin_integrations.arbiter import TrustMargin
-from trustmargin_integrations.calibration_file import Calibration, shipped_models, shipped_path
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.langchain import TrustMarginRouter
@@ -27,6 +26,7 @@ from trustmargin_integrations.llama_index import (
     PassageRetriever,
     TrustMarginQueryEngine,
 )
+from trustmargin_integrations.policy_file import PolicyFile, shipped_models, shipped_path
 from trustmargin_integrations.retrieval import BM25Index
 from trustmargin_integrations.rule import Policy
 from trustmargin_integrations.rule.replay import kept_rag, replay, replay_answer
@@ -43,10 +43,10 @@ def _with_policy(tm: TrustMargin, policy: str, **numbers: float) -> TrustMargin:
     return TrustMargin(tm.backend, TrustMarginConfig(policy=policy, **numbers))  # type: ignore[arg-type]
 
 
-def _calibration(policy: Policy) -> Calibration:
+def _calibration(policy: Policy) -> PolicyFile:
     """The shipped SmolLM2 file with a policy, as `trustmargin check` writes one."""
-    shipped = Calibration.load(shipped_path("smollm2-135m"))
-    return Calibration.model_validate({**shipped.model_dump(), "policy": policy})
+    shipped = PolicyFile.load(shipped_path("smollm2-135m"))
+    return PolicyFile.model_validate({**shipped.model_dump(), "policy": policy})
 
 
 @pytest.fixture(scope="module")
@@ -132,27 +132,30 @@ def test_a_settled_question_keeps_its_outcome_under_every_policy(tm: TrustMargin
         assert (missing.reason, missing.answer) == ("no_evidence", DIRECT)
 
 
-def test_old_calibration_files_load_and_mean_the_rule_with_their_numbers(
-        tmp_path: Path) -> None:
+def test_old_calibration_files_are_refused_naming_the_field(tmp_path: Path) -> None:
     assert shipped_models() == ["qwen2.5-1.5b", "smollm2-135m"]
-    # A file written before policies existed (by `calibrate`, as files shipped up to
-    # 2026-11-25 were) has neither key; it means the rule with its numbers.
+    # Files shipped before 0.1.0's policy files held the rule's fitted numbers beside an
+    # always-RAG policy that never read them; a policy file holds only what its policy uses.
     old = json.loads(shipped_path("smollm2-135m").read_text(encoding="utf-8"))
-    del old["policy"], old["evidence"]
+    old |= {"lambda_bind": 0.4, "tau": -2.45,
+            "policy": {"kind": "always_rag", "lambda_bind": None, "tau": None}}
     (tmp_path / "old.json").write_text(json.dumps(old), encoding="utf-8")
-    c = Calibration.load(tmp_path / "old.json")
-    assert c.policy is None and c.evidence is None
-    assert c.decision_policy == Policy.fitted(c.lambda_bind, c.tau)
-    config = c.apply(TrustMarginConfig(policy="always_rag", top_k=4))
-    assert (config.policy, config.lambda_bind, config.tau, config.top_k) == (
-        "rule", c.lambda_bind, c.tau, 4)
+    with pytest.raises(InvalidInputError, match="not a field of a policy file") as err:
+        PolicyFile.load(tmp_path / "old.json")
+    assert err.value.field == "calibration.lambda_bind"
+    # A file without a policy is no policy file either.
+    del old["lambda_bind"], old["tau"], old["policy"]
+    (tmp_path / "old.json").write_text(json.dumps(old), encoding="utf-8")
+    with pytest.raises(InvalidInputError, match="policy: field required") as err:
+        PolicyFile.load(tmp_path / "old.json")
+    assert err.value.field == "calibration"
 
 
 @pytest.mark.parametrize("model", ["qwen2.5-1.5b", "smollm2-135m"])
 def test_each_shipped_file_is_the_domain_checks_verdict(model: str) -> None:
     """Written by ``trustmargin check RUN --holdout 0.5`` over HotpotQA + CWQ + 2Wiki: it
     carries the chosen policy, the check's evidence and its held-out scores."""
-    c = Calibration.load(shipped_path(model))
+    c = PolicyFile.load(shipped_path(model))
     assert c.model_id == model
     assert c.policy == Policy.always_rag() and c.evidence is not None
     assert c.evidence["verdict"].startswith("Use RAG")
@@ -163,15 +166,13 @@ def test_each_shipped_file_is_the_domain_checks_verdict(model: str) -> None:
 
 
 def test_a_policy_round_trips_through_the_file_and_sets_the_config(tmp_path: Path) -> None:
-    # A policy without numbers of its own keeps the file's fitted rule numbers in the config.
-    shipped = Calibration.load(shipped_path("smollm2-135m"))
-    fitted = (shipped.lambda_bind, shipped.tau)
-    for policy, expected in ((Policy.always_rag(), ("always_rag", *fitted)),
-                             (Policy.bind_only(-3.0), ("bind_only", fitted[0], -3.0)),
+    # A number the policy does not take stays the config's (the paper's by default).
+    for policy, expected in ((Policy.always_rag(), ("always_rag", 0.5, -1.5)),
+                             (Policy.bind_only(-3.0), ("bind_only", 0.5, -3.0)),
                              (Policy.paper(), ("rule", 0.5, -1.5))):
         written = _calibration(policy)
         path = written.save(tmp_path / f"{policy.kind}.json")
-        loaded = Calibration.load(path)
+        loaded = PolicyFile.load(path)
         assert loaded == written and loaded.decision_policy == policy
         config = loaded.apply()
         assert (config.policy, config.lambda_bind, config.tau) == expected
@@ -179,9 +180,10 @@ def test_a_policy_round_trips_through_the_file_and_sets_the_config(tmp_path: Pat
     broken = json.loads((tmp_path / "bind_only.json").read_text())
     broken["policy"] = {"kind": "bind_only", "lambda_bind": 0.5, "tau": -3.0}
     (tmp_path / "broken.json").write_text(json.dumps(broken))
-    with pytest.raises(InvalidInputError, match="not a calibration file") as err:
-        Calibration.load(tmp_path / "broken.json")
-    assert err.value.field == "calibration"
+    with pytest.raises(InvalidInputError, match="policy 'bind_only' takes no lambda_bind"
+                       ) as err:
+        PolicyFile.load(tmp_path / "broken.json")
+    assert err.value.field == "calibration.policy.lambda_bind"
 
 
 def test_the_langchain_router_applies_a_calibrated_always_rag(

@@ -27,8 +27,8 @@ PINNED = {
         "ModelSession", "PlainSession", "StopPredicate", "TokenDecoder", "plain_session",
     ],
     "trustmargin_integrations.backends.hf": [
-        "CachedPrompts", "DecodingBatch", "GreedyOutput", "HFBackend", "HFSession", "Stem",
-        "TokenDecoding", "common_prefix_length", "pick_device", "pick_dtype",
+        "CachedPrompts", "DecodingBatch", "GreedyOutput", "HFBackend", "HFSession", "LoadedModel",
+        "Stem", "TokenDecoding", "common_prefix_length", "pick_device", "pick_dtype",
     ],
     "trustmargin_integrations.backends.openai_compat": [
         "ENV_API_KEY", "ENV_MODEL", "ENV_PREFIX", "ENV_URL", "LOGPROB_TOLERANCE",

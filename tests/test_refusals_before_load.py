@@ -13,6 +13,7 @@ by one that fails the test): a refusal that comes after the load trips it.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ from trustmargin_integrations import TrustMargin
 from trustmargin_integrations.backends.hf import HFBackend
 from trustmargin_integrations.errors import InvalidInputError
 
-SHIPPED = Path(trustmargin_integrations.__file__).parent / "calibrations"
+SHIPPED = Path(trustmargin_integrations.__file__).parent / "policies"
 ASK = ["ask", "Who designed the Eiffel Tower?", "--corpus", str(DEMO / "corpus.json"),
        "--direct-answer", "Gustave Eiffel", "--rag-answer", "Maurice Koechlin"]
 
@@ -57,18 +58,26 @@ def test_a_blank_question_is_named_by_its_line_before_the_model(tmp_path: Path,
     assert not (tmp_path / "mine.jsonl.check").exists()
 
 
-@pytest.mark.parametrize(("changes", "problem"), [
-    ({"tau": 1e10}, "holds a value the arbiter refuses (tau: "),
-    ({"model_id": "qwen2.5-1.5b"}, "was fitted for model 'qwen2.5-1.5b', not 'smollm2-135m'"),
+@pytest.mark.parametrize(("changes", "expected"), [
+    ({"policy": {"kind": "bind_only", "tau": 1e10}},
+     "error --calibration: holds a value the arbiter refuses (tau: "),
+    ({"model_id": "qwen2.5-1.5b"},
+     "error --calibration: was fitted for model 'qwen2.5-1.5b', not 'smollm2-135m'"),
+    # A field the file's policy does not use, named by its place in the file.
+    ({"tau": -1.5}, "error --calibration tau: {path} holds 'tau', which is not a field"),
 ])
 def test_a_calibration_is_checked_before_the_model(tmp_path: Path, no_load: None,
                                                    changes: dict[str, object],
-                                                   problem: str) -> None:
+                                                   expected: str) -> None:
     path = _calibration(tmp_path, **changes)
+    expected = expected.replace("{path}", str(path))
     run = run_main(*ASK, "--calibration", str(path))
     assert run.exit_code == 2, run.output
-    assert run.output.startswith(f"error --calibration: {problem}"), run.output
-    with pytest.raises(InvalidInputError, match=f"^calibration: {problem[:20]}"):
+    assert run.output.startswith(expected), run.output
+    # The library names the argument (and the place in the file) as the CLI names the option.
+    field, _, problem = expected.removeprefix("error --").partition(": ")
+    with pytest.raises(InvalidInputError, match=f"^{field.replace(' ', '.')}: "
+                                                f"{re.escape(problem[:20])}"):
         TrustMargin.from_pretrained("smollm2-135m", calibration=path)
 
 

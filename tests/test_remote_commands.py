@@ -27,7 +27,6 @@ from cli_support import DEMO, run_main, write_labeled
 from llama_cpp_server import LlamaCppServer
 
 from trustmargin_integrations.arbiter import TrustMargin
-from trustmargin_integrations.calibration_file import Calibration
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.evaluation.datasets import EvalExample, load_dataset, load_examples
 from trustmargin_integrations.evaluation.rundir import load_run
@@ -38,6 +37,7 @@ from trustmargin_integrations.evaluation.runner import (
     short_answer_arbiter,
 )
 from trustmargin_integrations.model_store import REGISTRY
+from trustmargin_integrations.policy_file import PolicyFile
 from trustmargin_integrations.retrieval.bm25 import BM25Index
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
@@ -122,7 +122,7 @@ def test_eval_calibrate_report_on_a_server(served: list[str], tm: TrustMargin,
 
     fitted = run_main("calibrate", str(remote_dir), "--folds", "0", "--resamples", "200")
     assert fitted.exit_code == 0, fitted.output
-    calibration = Calibration.load(remote_dir / "calibration.json")
+    calibration = PolicyFile.load(remote_dir / "calibration.json")
     assert (calibration.backend_kind, calibration.backend_model) == ("openai", "smollm2-135m")
     report = run_main("report", str(remote_dir))
     assert report.exit_code == 0 and (remote_dir / "report.md").is_file(), report.output
@@ -151,10 +151,10 @@ def test_check_on_a_server_records_its_backend(
                           load_examples(labeled))
 
     policy = tmp_path / "remote" / "policy.json"
-    fitted = Calibration.load(policy)
+    fitted = PolicyFile.load(policy)
     assert (fitted.backend_kind, fitted.backend_model) == ("openai", "smollm2-135m")
-    assert Calibration.load(tmp_path / "local" / "policy.json").backend_kind == "hf"
-    with caplog.at_level(logging.WARNING, logger="trustmargin_integrations.calibration_file"):
+    assert PolicyFile.load(tmp_path / "local" / "policy.json").backend_kind == "hf"
+    with caplog.at_level(logging.WARNING, logger="trustmargin_integrations.policy_file"):
         TrustMargin.calibrated(tm.backend, policy)  # fitted on the server, loaded locally
     assert any("openai:smollm2-135m" in r.getMessage() and
                f"hf:{tm.backend.model_id}" in r.getMessage() for r in caplog.records)

@@ -71,7 +71,7 @@ FIXTURE_NAMES = {"full": "rule", "no_prior": "weighted_bind", "no_bind": "prior_
 
 
 def test_grid_and_policy_replays_equal_the_old_code(recorded: dict[str, Any]) -> None:
-    # The fixture names the policies as the old code did (its replay variants, the calibration
+    # The fixture names the policies as the old code did (its replay variants, the policy
     # files' "paper"/"fitted"); the package reads only the policies' own names.
     grid = [Policy.of(FIXTURE_NAMES.get(old, old), lam, tau, drop_unused=True)
             for lam, tau, old in recorded["grid"]]

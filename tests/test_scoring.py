@@ -199,9 +199,9 @@ def test_framed_copies_of_questions_branch_off_shared_prompts(backend: HFBackend
                 for p in prepared for view in VIEWS for frame in FRAMES
                 for answer in (" Paris", " Lyon")]
     encoded = {r.prompt: backend.encode_prompt(r.prompt) for r in requests}
-    by_prompt = tree.requests_by_prompt(backend, requests)
+    by_prompt = tree.requests_by_prompt(backend.loaded, requests)
     caches: list[tree.CachedPrompts] = []
-    plan = tree._plan(backend, by_prompt, encoded, caches)
+    plan = tree._plan(backend.loaded, by_prompt, encoded, caches)
     computed = sum(len(c.prompts) * c.batch.width for c in caches)
     for rows in plan.values():
         spans = [sum(stem.length for stem, _ in stems) for stems in rows.values()]

@@ -36,7 +36,8 @@ def cwq(n: int) -> list[dict]:
 def loop(backend: HFBackend, static: bool, check_every: int | None = None) -> Any:
     """Generation on the static loop or the plain one for the duration (the session-wide
     backend is restored afterwards)."""
-    return mock.patch.multiple(backend, static_decode=static, static_check_every=check_every)
+    return mock.patch.multiple(backend.decoding, static_decode=static,
+                               static_check_every=check_every)
 
 
 def plain_prompts(backend: HFBackend, n: int) -> list[list[int]]:
@@ -58,10 +59,10 @@ def both_loops(backend: HFBackend, batch: list[list[int]], max_new_tokens: int,
                **kwargs: object) -> tuple[GreedyOutput, GreedyOutput]:
     with loop(backend, static=False):
         plain = backend.greedy(batch, max_new_tokens, probabilities=True, **kwargs)
-        assert backend.last_decode_loop == ("dynamic" if max_new_tokens > 1 else "none")
+        assert backend.decoding.last_decode_loop == ("dynamic" if max_new_tokens > 1 else "none")
     with loop(backend, static=True):
         static = backend.greedy(batch, max_new_tokens, probabilities=True, **kwargs)
-        assert backend.last_decode_loop == ("static" if max_new_tokens > 1 else "none")
+        assert backend.decoding.last_decode_loop == ("static" if max_new_tokens > 1 else "none")
     return plain, static
 
 
@@ -108,7 +109,7 @@ def test_sessions_score_on_the_prompts_cache_after_static_decoding(tm: TrustMarg
         plain = tm.arbitrate_batch(inputs)
     with loop(backend, static=True):
         static = tm.arbitrate_batch(inputs)
-        assert backend.last_decode_loop == "static"
+        assert backend.decoding.last_decode_loop == "static"
     scored = 0
     for ours, theirs in zip(static, plain, strict=True):
         assert (ours.direct_answer, ours.rag_answer, ours.source) == (
@@ -135,9 +136,9 @@ def test_static_loop_with_eager_attention_uses_an_additive_mask(backend: HFBacke
 
 
 def test_static_decode_is_off_on_cpu_unless_asked(backend: HFBackend) -> None:
-    assert backend.device.type == "cpu" and not backend.static_decode
+    assert backend.device.type == "cpu" and not backend.decoding.static_decode
     asked = HFBackend(backend.model, backend.tokenizer, "smollm2-135m", static_decode=True)
-    assert asked.static_decode
+    assert asked.decoding.static_decode
 
 
 def test_static_decode_refuses_a_sliding_window_model(backend: HFBackend) -> None:
@@ -148,7 +149,7 @@ def test_static_decode_refuses_a_sliding_window_model(backend: HFBackend) -> Non
                            num_key_value_heads=2, sliding_window=32)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config)
-    assert not HFBackend(model, backend.tokenizer, "tiny-mistral").static_decode
+    assert not HFBackend(model, backend.tokenizer, "tiny-mistral").decoding.static_decode
     with pytest.raises(InvalidInputError) as error:
         HFBackend(model, backend.tokenizer, "tiny-mistral", static_decode=True)
     assert error.value.field == "static_decode" and "sliding-window" in str(error.value)

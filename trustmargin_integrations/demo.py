@@ -156,11 +156,11 @@ def benchmark_evidence() -> list[str]:
     Twenty demo questions cannot settle whether TrustMargin helps; these lines point to the
     measured effect on hundreds of real questions, read from the files the package ships.
     """
-    from trustmargin_integrations.calibration_file import Calibration, shipped_models
+    from trustmargin_integrations.policy_file import PolicyFile, shipped_models
 
     lines = []
     for name in shipped_models():
-        c = Calibration.coerce("shipped", model=name)
+        c = PolicyFile.coerce("shipped", model=name)
         held = c.held_out
         if held is None:
             continue

@@ -191,7 +191,7 @@ def run_score(
         batch_size: questions per model call (and per durable write).
         progress: show a progress bar.
         on_reuse: told (reused, to compute) before any model work starts.
-        calibration: the calibration file the run reads, if any (never written over).
+        calibration: the policy file the run reads, if any (never written over).
         numerics: further key settings that are slow to learn (the local model's CPU thread
             count, which imports torch), asked once the whole file is valid, so a bad line
             still stops the run at once.

@@ -1,4 +1,4 @@
-"""The one reader of JSON a user gave us (input files, corpora, datasets, calibration files),
+"""The one reader of JSON a user gave us (input files, corpora, datasets, policy files),
 and the one rule for a user's file that is not UTF-8 (:func:`read_text`, :func:`not_utf8`).
 
 Files are UTF-8 (a leading byte-order mark accepted); a ``.jsonl`` file is split on ``\\n``

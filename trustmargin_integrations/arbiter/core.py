@@ -28,9 +28,9 @@ from trustmargin_integrations.arbiter.preparation import PreparedQuestion, prepa
 from trustmargin_integrations.backends.base import Backend, ModelSession
 from trustmargin_integrations.backends.loading import load_backend, recorded_model_id
 from trustmargin_integrations.backends.spec import BackendSpec
-from trustmargin_integrations.calibration_file import AUTO, Calibration, calibration_for
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.policy_file import AUTO, PolicyFile, policy_file_for
 from trustmargin_integrations.prompts import PROMPT_VERSION
 from trustmargin_integrations.retrieval.base import Retriever, retrieve_batch
 from trustmargin_integrations.rule import Policy
@@ -79,14 +79,14 @@ class TrustMargin:
         model: str | BackendSpec = "smollm2-135m",
         *,
         config: TrustMarginConfig | None = None,
-        calibration: str | Path | Calibration | None = AUTO,
+        calibration: str | Path | PolicyFile | None = AUTO,
         **backend_kwargs: Any,
     ) -> TrustMargin:
         """Load the backend a spec names (:mod:`~trustmargin_integrations.backends.spec`): a
         local transformers model (``hf:NAME`` or a bare named model, HF id, directory or GGUF
         file) or an OpenAI-compatible server (``openai:URL#MODEL``).
 
-        ``calibration`` (:func:`~trustmargin_integrations.calibration_file.calibration_for`) says
+        ``calibration`` (:func:`~trustmargin_integrations.policy_file.policy_file_for`) says
         who decides:
 
         - ``"auto"`` (the default): the policy this package ships for a named model (the domain
@@ -96,7 +96,7 @@ class TrustMargin:
           ``tau`` or ``lambda_bind`` keeps its own rule.
         - ``None``: the paper's rule (lambda_bind 0.5, tau -1.5), or the rule ``config`` sets.
         - a file written by ``trustmargin calibrate`` / ``trustmargin check``, a loaded
-          :class:`~trustmargin_integrations.calibration_file.Calibration`, or ``"shipped"``: its
+          :class:`~trustmargin_integrations.policy_file.PolicyFile`, or ``"shipped"``: its
           policy and numbers replace the config's, after checking it was fitted for this model
           and prompt version.
 
@@ -105,7 +105,7 @@ class TrustMargin:
         spec = BackendSpec.coerce(model, "model")
         config = _config(config)
         # A bad file fails before the model loads.
-        fitted = calibration_for(calibration, spec.model, config)
+        fitted = policy_file_for(calibration, spec.model, config)
         if fitted is not None:
             fitted.checked_config(recorded_model_id(spec), PROMPT_VERSION, config)
         backend = load_backend(spec, field="model", **backend_kwargs)
@@ -115,16 +115,18 @@ class TrustMargin:
     def calibrated(
         cls,
         backend: Backend,
-        calibration: str | Path | Calibration,
+        calibration: str | Path | PolicyFile,
         config: TrustMarginConfig | None = None,
     ) -> TrustMargin:
-        """An arbiter on ``backend`` whose lambda_bind and tau come from ``calibration``.
+        """An arbiter on ``backend`` whose decision policy (and the numbers it takes) comes
+        from the policy file ``calibration``.
 
         Raises:
             InvalidInputError: (field ``calibration``) the file was fitted for another model
-                or prompt version, or is not a calibration file.
+                or prompt version, or is not a policy file (or holds a field its policy does
+                not use).
         """
-        fitted = Calibration.coerce(calibration, model=backend.model_id)
+        fitted = PolicyFile.coerce(calibration, model=backend.model_id)
         settings = fitted.checked_config(backend.model_id, PROMPT_VERSION, config)
         fitted.warn_other_backend(backend.capabilities.kind, backend.capabilities.model)
         return cls(backend, settings)

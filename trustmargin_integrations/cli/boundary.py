@@ -100,14 +100,20 @@ def named_by_option(exc: InvalidInputError, paths: list[tuple[str, Path]]
 
     The library names what it read (``data.jsonl:12``, a corpus path, ``calibration``); the
     user typed an option. A field that starts with a given path gains the option in front
-    (``--input data.jsonl:12``), and a field that is an option's bare name becomes the option
-    (``calibration`` -> ``--calibration``). Any other error is returned as it is.
+    (``--input data.jsonl:12``), a field that is an option's bare name becomes the option
+    (``calibration`` -> ``--calibration``), and a field inside what it names keeps its place
+    after the option (``calibration.policy.tau`` -> ``--calibration policy.tau``). Any other
+    error is returned as it is.
     """
     for option, path in paths:
+        bare = option.lstrip("-")
         if _names_place_in(exc.field, path):
             return InvalidInputError(f"{option} {exc.field}", exc.problem, exc.fix)
-        if exc.field == option.lstrip("-"):
+        if exc.field == bare:
             return InvalidInputError(option, exc.problem, exc.fix)
+        if exc.field.startswith(bare + "."):
+            return InvalidInputError(f"{option} {exc.field.removeprefix(bare + '.')}",
+                                     exc.problem, exc.fix)
     return exc
 
 

@@ -7,19 +7,19 @@ from typing import Annotated
 
 import typer
 
-from trustmargin_integrations.calibration_file import check_objective
 from trustmargin_integrations.cli.app import command
 from trustmargin_integrations.cli.boundary import shown
 from trustmargin_integrations.cli.common import check_run_dir, usage_line
 from trustmargin_integrations.cli.options import ObjectiveOpt
 from trustmargin_integrations.errors import InvalidInputError
+from trustmargin_integrations.policy_file import check_objective
 
 
 @command()
 def calibrate(
     run_dir: Annotated[Path, typer.Argument(help="A directory written by `trustmargin eval`.")],
     out: Annotated[Path | None, typer.Option(
-        help="Calibration file to write (default RUN_DIR/calibration.json).")] = None,
+        help="Policy file to write: the fitted rule (default RUN_DIR/calibration.json).")] = None,
     objective: ObjectiveOpt = "f1",
     folds: Annotated[int, typer.Option(
         help="Cross-validation folds, stratified by dataset (0 = skip the estimate).")] = 5,

@@ -47,7 +47,7 @@ def check_chain(chain: Any, labeled: str | Path, *, tm: TrustMargin | None = Non
         progress: show the progress bars.
 
     Returns:
-        The check's result, the calibration file written (the chosen policy), its path and
+        The check's result, the policy file written (the chosen policy), its path and
         the run directory.
 
     Raises:

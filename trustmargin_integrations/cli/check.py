@@ -5,7 +5,7 @@ Input: an eval run directory (as ``calibrate`` takes), or a labeled JSON / JSONL
 records have no passages). A file is generated and scored once into a resumable run
 directory by ``eval``'s own machinery; then the domain check
 (:mod:`trustmargin_integrations.evaluation.domain_check`) chooses the policy, prints its
-one-line verdict and the candidates, and writes the policy as a calibration file.
+one-line verdict and the candidates, and writes the policy as a policy file.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Annotated, Any, get_args
 
 import typer
 
-from trustmargin_integrations.calibration_file import check_objective
 from trustmargin_integrations.cli.app import command
 from trustmargin_integrations.cli.boundary import shown
 from trustmargin_integrations.cli.common import (
@@ -38,12 +37,13 @@ from trustmargin_integrations.cli.options import (
 from trustmargin_integrations.config import ScoringForm
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.files import check_output
+from trustmargin_integrations.policy_file import check_objective
 
 if TYPE_CHECKING:
-    from trustmargin_integrations.calibration_file import Calibration
     from trustmargin_integrations.evaluation.datasets import EvalExample
     from trustmargin_integrations.evaluation.domain_check import PolicyCheckResult
     from trustmargin_integrations.evaluation.work_plan import Plan
+    from trustmargin_integrations.policy_file import PolicyFile
 
 
 # Long only by its option declarations (typer reads them from the signature).
@@ -72,7 +72,7 @@ def check(
         help="Where the answers and scores are cached (default <file>.check; resumable).")
     ] = None,
     out: Annotated[Path | None, typer.Option(
-        help="Calibration file to write (default RUN_DIR/policy.json).")] = None,
+        help="Policy file to write (default RUN_DIR/policy.json).")] = None,
     objective: ObjectiveOpt = "f1",
     folds: Annotated[int, typer.Option(help="Folds of both cross-validation levels.")] = 5,
     seed: Annotated[int, typer.Option(help="Seed of the folds and the bootstrap.")] = 0,
@@ -196,10 +196,10 @@ def run_check(labeled: Path, *, choice: BackendChoice, chain: Any = None,
 @dataclass(frozen=True)
 class CheckOutcome:
     """What a check concluded: the check's result (verdict, candidates, nested estimate),
-    the calibration file written (the chosen policy), its path and the run directory."""
+    the policy file written (the chosen policy), its path and the run directory."""
 
     result: PolicyCheckResult
-    calibration: Calibration
+    calibration: PolicyFile
     policy: Path
     run_dir: Path
 

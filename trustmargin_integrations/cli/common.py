@@ -111,19 +111,20 @@ def load_arbiter(choice: BackendChoice, *, calibration: Any = None, **config: An
 
 
 def calibration_option(value: Any, model: str, config: dict[str, Any]) -> Any:
-    """The calibration a --calibration option names (None without one; a loaded one as it
+    """The policy file a --calibration option names (None without one; a loaded one as it
     is), before any model loads; giving --tau or --lambda-bind as well is ambiguous, so it
     is an error."""
     if value is None:
         return None
-    from trustmargin_integrations.calibration_file import Calibration
+    from trustmargin_integrations.policy_file import PolicyFile
 
     for key in ("tau", "lambda_bind"):
         if key in config:
             option = "--" + key.replace("_", "-")
             raise InvalidInputError(option, "cannot be combined with --calibration (the "
-                                    "calibration sets it)", f"drop {option} or --calibration")
-    return Calibration.coerce(value, model=model)
+                                    "policy file sets the policy and its numbers)",
+                                    f"drop {option} or --calibration")
+    return PolicyFile.coerce(value, model=model)
 
 
 def usage_line(calibration: Any, path: Path) -> str:
@@ -139,7 +140,7 @@ def usage_line(calibration: Any, path: Path) -> str:
 def calibration_path(value: str | None) -> Path | None:
     """The file a --calibration option reads (None without one, or for 'shipped'), so that
     the output guard never lets a command write over it."""
-    from trustmargin_integrations.calibration_file import SHIPPED
+    from trustmargin_integrations.policy_file import SHIPPED
 
     return None if value is None or value == SHIPPED else Path(value)
 

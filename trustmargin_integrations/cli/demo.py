@@ -43,13 +43,13 @@ def demo(
     concurrency: ConcurrencyOpt = None,
 ) -> None:
     """The main job, offline: index a small corpus, retrieve, answer both ways, arbitrate."""
-    from trustmargin_integrations.calibration_file import AUTO, calibration_for
     from trustmargin_integrations.demo import (
         CROSS_DOMAIN_WARNING,
         benchmark_evidence,
         run_demo,
         summarize,
     )
+    from trustmargin_integrations.policy_file import AUTO, policy_file_for
 
     if output is not None:
         from trustmargin_integrations.output_guard import guard_output
@@ -60,7 +60,7 @@ def demo(
     # The same policy as Python's TrustMargin.from_pretrained(): the one shipped for a named
     # model (calibration "auto"), else the paper's rule; --calibration replaces it.
     if calibration is None:
-        calibration = calibration_for(AUTO, choice.model)
+        calibration = policy_file_for(AUTO, choice.model)
     tm = load_arbiter(choice, top_k=top_k, calibration=calibration)
     policy = tm.config.decision_policy.label
     rows = run_demo(tm, limit=limit, top_k=top_k)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from trustmargin_integrations.calibration_file import OBJECTIVES
+from trustmargin_integrations.policy_file import OBJECTIVES
 
 BackendOpt = Annotated[list[str] | None, typer.Option(
     "--backend",
@@ -39,8 +39,9 @@ TauOpt = Annotated[float | None, typer.Option(
 LambdaOpt = Annotated[float | None, typer.Option(
     "--lambda-bind", help="Weight of the binding margin (default: the paper's 0.5).")]
 CalibrationOpt = Annotated[str | None, typer.Option(
-    "--calibration", help="A file from `trustmargin calibrate`, or 'shipped' for the one "
-    "shipped with a named model: its lambda-bind and tau replace the paper's.")]
+    "--calibration", help="A policy file from `trustmargin check` or `trustmargin calibrate`, "
+    "or 'shipped' for the one shipped with a named model: its policy (and the numbers that "
+    "policy takes) replaces the paper's rule.")]
 EsUrlOpt = Annotated[str | None, typer.Option(
     "--elasticsearch", help="Elasticsearch URL (credentials: TRUSTMARGIN_ES_* variables).")]
 EsIndexOpt = Annotated[str, typer.Option("--es-index", help="Elasticsearch index name.")]

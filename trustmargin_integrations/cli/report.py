@@ -19,7 +19,7 @@ def report(
                    ] = None,
     title: Annotated[str | None, typer.Option(help="Report heading.")] = None,
     calibration: Annotated[str | None, typer.Option(
-        help="Also report this calibration file (or 'shipped') on the run's questions "
+        help="Also report this policy file (or 'shipped') on the run's questions "
              "outside its fit.")] = None,
 ) -> None:
     """Write the Markdown report (tables, diagnostics, PNG plots) of a run directory."""

@@ -1,8 +1,8 @@
 """``trustmargin calibrate``: fit lambda_bind and tau on a run directory's cache and build the
-calibration file (:func:`calibrate_run`), and the plain-text summary it prints
+policy file (:func:`calibrate_run`), and the plain-text summary it prints
 (:func:`describe`). The fitting itself (grid, folds, held-out comparison) is
 :mod:`trustmargin_integrations.evaluation.rule_fit`; the file model is
-:mod:`trustmargin_integrations.calibration_file`.
+:mod:`trustmargin_integrations.policy_file`.
 """
 
 from __future__ import annotations
@@ -14,14 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from trustmargin_integrations._version import __version__
-from trustmargin_integrations.calibration_file import (
-    OBJECTIVE_LABELS,
-    Calibration,
-    ComparisonResult,
-    FittedOn,
-    Objective,
-    RetrievalSetup,
-)
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.bootstrap import BEST_SINGLE, DEFAULT_RESAMPLES
 from trustmargin_integrations.evaluation.diagnostics import (
@@ -43,6 +35,15 @@ from trustmargin_integrations.evaluation.rule_fit import (
     split_holdout,
 )
 from trustmargin_integrations.evaluation.rundir import DatasetRun, load_run
+from trustmargin_integrations.policy_file import (
+    OBJECTIVE_LABELS,
+    ComparisonResult,
+    FittedOn,
+    Objective,
+    PolicyFile,
+    RetrievalSetup,
+)
+from trustmargin_integrations.rule import Policy
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ def calibrate_run(
     taus: Sequence[float] = TAUS,
     holdout: float = 0.0,
     split_seed: int = 0,
-) -> tuple[Calibration, CrossValidation | None]:
+) -> tuple[PolicyFile, CrossValidation | None]:
     """Fit lambda_bind and tau on a run directory's cache (cross-validated when folds >= 2).
 
     Args:
@@ -122,7 +123,7 @@ def calibrate_run(
     info = [r.info for r in runs]
     modes = sorted({str(i["retrieval"]) for i in info if i.get("retrieval")})
     top_ks = {int(i["top_k"]) for i in info if i.get("top_k") is not None}
-    calibration = Calibration(
+    calibration = PolicyFile(
         model_id=_only({d.model_id for d in decisions}, "model"),
         dtype=_maybe_only({str(i["dtype"]) for i in info if i.get("dtype")}),
         backend_kind=_maybe_only({str(i["backend"]) for i in info if i.get("backend")}),
@@ -131,7 +132,7 @@ def calibrate_run(
         prompt_version=_only({d.prompt_version for d in decisions}, "prompt version"),
         retrieval=RetrievalSetup(mode=", ".join(modes) or None,
                                  top_k=top_ks.pop() if len(top_ks) == 1 else None),
-        lambda_bind=final.lambda_bind, tau=final.tau, objective=objective,
+        policy=Policy.fitted(final.lambda_bind, final.tau), objective=objective,
         score=final.score, default_score=final.default_score,
         grid={"lambdas": problem.lambdas, "taus": problem.taus},
         fitted_on=FittedOn(
@@ -187,7 +188,7 @@ def objective_line(objective: Objective) -> str:
     return f"objective: {OBJECTIVE_LABELS[objective]}, {GRADED_BY[objective]}"
 
 
-def describe(calibration: Calibration, cv: CrossValidation | None) -> list[str]:
+def describe(calibration: PolicyFile, cv: CrossValidation | None) -> list[str]:
     """Plain-text lines summarizing a calibration (what ``trustmargin calibrate`` prints)."""
     metric = OBJECTIVE_LABELS[calibration.objective]
     fitted = calibration.fitted_on
@@ -203,13 +204,14 @@ def describe(calibration: Calibration, cv: CrossValidation | None) -> list[str]:
         fits = ", ".join(f"({f.fit.lambda_bind:g}, {f.fit.tau:g})" for f in cv.fold_fits)
         lines += ["", f"  per-fold fits (lambda, tau): {fits}", "  " + cv.bootstrap.note()]
     scope = "all" if not fitted.holdout else "the"
+    rule = calibration.policy
     lines += ["", f"final fit on {scope} {fitted.n} questions: lambda_bind = "
-                  f"{calibration.lambda_bind:g}, tau = {calibration.tau:g} ({metric} "
+                  f"{rule.lambda_bind:g}, tau = {rule.tau:g} ({metric} "
                   f"{calibration.score:.2f} in-sample; defaults 0.5 / -1.5: "
                   f"{calibration.default_score:.2f})"]
     if cv is None and calibration.held_out is None:
         lines.append("  in-sample numbers are optimistic; --folds 5 estimates the held-out gain")
-    if calibration.lambda_bind == DEFAULT_LAMBDA and calibration.tau == DEFAULT_TAU:
+    if rule.lambda_bind == DEFAULT_LAMBDA and rule.tau == DEFAULT_TAU:
         lines.append("  the defaults are already optimal on these questions")
     if calibration.held_out is not None:
         held = calibration.held_out

@@ -1,5 +1,5 @@
 """``trustmargin check`` on a run directory: the domain check (:func:`~.domain_check.check_policy`)
-on the run's cached decisions, its calibration file (the chosen policy, the fitted rule's
+on the run's cached decisions, its policy file (the chosen policy, the fitted rule's
 numbers and provenance, and the check's evidence), and the lines the command prints.
 
 The generation and scoring that fill the run directory are ``trustmargin eval``'s
@@ -11,12 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from trustmargin_integrations.calibration_file import (
-    OBJECTIVE_LABELS,
-    Calibration,
-    ComparisonResult,
-    Objective,
-)
 from trustmargin_integrations.evaluation.bootstrap import DEFAULT_RESAMPLES
 from trustmargin_integrations.evaluation.calibrate_command import (
     LoadedRun,
@@ -43,6 +37,13 @@ from trustmargin_integrations.evaluation.rule_fit import (
     comparison_result,
     require_unique_ids,
     split_holdout,
+)
+from trustmargin_integrations.policy_file import (
+    FIT_FIELDS,
+    OBJECTIVE_LABELS,
+    ComparisonResult,
+    Objective,
+    PolicyFile,
 )
 from trustmargin_integrations.rule import Policy
 
@@ -71,13 +72,13 @@ def check_plan(datasets: Sequence[str], ids: Sequence[str], *, folds: int, holdo
 def check_run(run_dir: str | Path | LoadedRun, *, objective: Objective = "f1",
               folds: int = DEFAULT_FOLDS, seed: int = 0, resamples: int = DEFAULT_RESAMPLES,
               criterion: Criterion = DEFAULT_CRITERION, holdout: float = 0.0,
-              split_seed: int = 0) -> tuple[PolicyCheckResult, Calibration]:
+              split_seed: int = 0) -> tuple[PolicyCheckResult, PolicyFile]:
     """Choose the policy on a run directory's distinct questions (``run_dir`` may be one
-    already read), and its calibration file.
+    already read), and its policy file.
 
-    The file's ``lambda_bind`` and ``tau`` are the chosen policy's numbers where it has them,
-    else the rule fitted on the same questions (what ``trustmargin calibrate`` fits); its
-    ``policy`` is the choice and its ``evidence`` the whole check result.
+    The file's ``policy`` is the choice (with only the numbers it takes) and its ``evidence``
+    the whole check result; the rule fit's in-sample numbers (what ``trustmargin calibrate``
+    fits on the same questions) stay only when the choice is that fitted rule.
 
     With ``holdout`` > 0, that share of each dataset is set aside (seeded, as ``calibrate
     --holdout`` splits) before anything is chosen or fitted; the file then lists the ids it
@@ -102,10 +103,10 @@ def check_run(run_dir: str | Path | LoadedRun, *, objective: Objective = "f1",
     result = check_policy(table, fit_on, folds=folds, seed=seed, criterion=criterion,
                           resamples=resamples)
     chosen = result.chosen
-    calibration = Calibration.model_validate({
+    fit = {} if chosen == base.policy else {name: None for name in FIT_FIELDS}
+    calibration = PolicyFile.model_validate({
         **base.model_dump(),
-        "lambda_bind": base.lambda_bind if chosen.lambda_bind is None else chosen.lambda_bind,
-        "tau": base.tau if chosen.tau is None else chosen.tau,
+        **fit,
         "policy": chosen,
         "evidence": result.model_dump(mode="json"),
         "held_out": _held_out(table, held, chosen, resamples, seed) if held else None,
@@ -116,7 +117,7 @@ def check_run(run_dir: str | Path | LoadedRun, *, objective: Objective = "f1",
 def _held_out(table: PolicyTable, held: list[int], chosen: Policy, resamples: int,
               seed: int) -> ComparisonResult:
     """The chosen policy ("calibrated") against the paper's rule and both single sources on
-    the held-out questions, in the calibration file's comparison shape."""
+    the held-out questions, in the policy file's comparison shape."""
     full: dict[str, list[float]] = {m: [0.0] * len(table.problem) for m in CV_METHODS}
     for method, policy in (("calibrated", chosen), ("default", Policy.paper()),
                            ("direct", Policy.always_direct()), ("rag", Policy.always_rag())):
@@ -127,7 +128,7 @@ def _held_out(table: PolicyTable, held: list[int], chosen: Policy, resamples: in
                              table.objective)
 
 
-def answers_compared(calibration: Calibration) -> str:
+def answers_compared(calibration: PolicyFile) -> str:
     """Which answers the check ran on and how they were compared and graded."""
     if calibration.scoring_form is None:
         return ("answers: the model's own short answers (the paper's prompts), scored the "
@@ -137,7 +138,7 @@ def answers_compared(calibration: Calibration) -> str:
             f"that form")
 
 
-def describe_check(result: PolicyCheckResult, calibration: Calibration | None = None
+def describe_check(result: PolicyCheckResult, calibration: PolicyFile | None = None
                    ) -> list[str]:
     """What ``trustmargin check`` prints: the verdict first, then every candidate's
     cross-validated score, the nested estimate of the check itself and, when questions were
@@ -175,7 +176,7 @@ def describe_check(result: PolicyCheckResult, calibration: Calibration | None = 
     return lines
 
 
-def next_step(calibration: Calibration, loaded: LoadedRun) -> str | None:
+def next_step(calibration: PolicyFile, loaded: LoadedRun) -> str | None:
     """What to do after a verdict that keeps one side (None: a margin rule was kept, and
     loading the policy is the next step): drop the wrapper, or keep it under this policy
     (it then runs only the kept side), with the cost per question measured on these records

@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import mean, median
 
-from trustmargin_integrations.calibration_file import Objective, check_objective
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.metrics import (
     contains_gold,
@@ -20,6 +19,7 @@ from trustmargin_integrations.evaluation.metrics import (
     token_f1,
 )
 from trustmargin_integrations.evaluation.runner import EvalRecord, NoiseRecord
+from trustmargin_integrations.policy_file import Objective, check_objective
 from trustmargin_integrations.rule import PAPER_LAMBDA_BIND, PAPER_TAU
 from trustmargin_integrations.rule.replay import replay
 from trustmargin_integrations.schema import Decision

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from trustmargin_integrations.calibration_file import OBJECTIVE_LABELS
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.bootstrap import (
     DEFAULT_CONFIDENCE,
@@ -36,6 +35,7 @@ from trustmargin_integrations.evaluation.policy_selection import (
     select_policy,
 )
 from trustmargin_integrations.evaluation.rule_fit import Objective, assign_folds
+from trustmargin_integrations.policy_file import OBJECTIVE_LABELS
 from trustmargin_integrations.rule import Policy
 
 ENOUGH_QUESTIONS = SMALL_SAMPLE

@@ -15,7 +15,6 @@ from typing import Literal
 
 import numpy as np
 
-from trustmargin_integrations.calibration_file import OBJECTIVES
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.bootstrap import Bootstrap, Difference, grouped_bootstrap
 from trustmargin_integrations.evaluation.diagnostics import GradedDecision
@@ -25,6 +24,7 @@ from trustmargin_integrations.evaluation.rule_fit import (
     assign_folds,
     side_scores,
 )
+from trustmargin_integrations.policy_file import OBJECTIVES
 from trustmargin_integrations.rule import PAPER_LAMBDA_BIND, PAPER_TAU, SETTLED, Policy
 from trustmargin_integrations.rule.replay import replay
 
@@ -51,7 +51,7 @@ SELECTION_RESAMPLES = 2_000
 # M_bind > -3; M_prior > -1.5.
 _ONE_MARGIN_DEFAULT_TAU: dict[PolicyKind, float] = {
     "bind_only": PAPER_TAU / PAPER_LAMBDA_BIND, "prior_only": PAPER_TAU}
-_TIE = 9  # objective values equal to 9 decimals (on 0..1) are ties, as in calibration_file.py
+_TIE = 9  # objective values equal to 9 decimals (on 0..1) are ties, as in policy_file.py
 
 
 class PolicyTable:

@@ -4,7 +4,8 @@ The rule stays the paper's (RAG iff ``M_prior + lambda_bind * M_bind > tau``); i
 are fitted over the grid :data:`LAMBDAS` x :data:`TAUS` by the mean F1 (or EM, or
 ``contains``) of the replayed choices, per-dataset means averaged, ties going to the cell
 nearest the paper's (0.5, -1.5). :func:`cross_validate` estimates what the fit buys on unseen
-questions; ``holdout`` sets a share aside first (how the shipped calibrations were made).
+questions; ``holdout`` sets a share aside first (how the shipped policy files were made).
+The fit's result is a :class:`~trustmargin_integrations.policy_file.PolicyFile`.
 The grid and tie rule's reasons: docs/decisions.md.
 """
 
@@ -15,15 +16,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trustmargin_integrations.calibration_file import (
-    ComparisonResult,
-    CrossValidationResult,
-    DifferenceResult,
-    FoldResult,
-    IntervalResult,
-    Objective,
-    check_objective,
-)
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.bootstrap import (
     BEST_SINGLE,
@@ -36,6 +28,15 @@ from trustmargin_integrations.evaluation.diagnostics import (
     DEFAULT_LAMBDA,
     DEFAULT_TAU,
     GradedDecision,
+)
+from trustmargin_integrations.policy_file import (
+    ComparisonResult,
+    CrossValidationResult,
+    DifferenceResult,
+    FoldResult,
+    IntervalResult,
+    Objective,
+    check_objective,
 )
 from trustmargin_integrations.rule import SETTLED, Rule
 from trustmargin_integrations.rule.replay import replay
@@ -204,7 +205,7 @@ def split_holdout(datasets: Sequence[str], holdout: float, seed: int) -> list[bo
 
 
 def require_unique_ids(ids: Sequence[str], holdout: float, where: str, fix: str) -> None:
-    """Under a hold-out split the calibration file lists the ids it was fitted on, so an id
+    """Under a hold-out split the policy file lists the ids it was fitted on, so an id
     that repeats would name a held-out question as a fitted one: refuse it (checked before
     anything is fitted, and by ``trustmargin check`` before anything is generated)."""
     if not holdout:
@@ -238,7 +239,7 @@ class CrossValidation:
     bootstrap: Bootstrap
 
     def result(self, objective: Objective) -> CrossValidationResult:
-        """The JSON-ready summary stored in the calibration file."""
+        """The JSON-ready summary stored in the policy file."""
         return CrossValidationResult(
             **comparison_result(self.bootstrap, objective).model_dump(), folds=self.folds,
             fold_fits=[FoldResult(lambda_bind=f.fit.lambda_bind, tau=f.fit.tau,

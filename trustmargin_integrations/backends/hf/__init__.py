@@ -5,6 +5,8 @@ question-context prompts in left-padded batches keeping their KV caches (:mod:`.
 and ``score`` scores every request as a stem off the cached prompt it shares the longest
 prefix with, in one tree-masked forward pass per row (:mod:`.tree`). ``score_continuations``
 is the plain reference the fast path is tested against (agreement: docs/decisions.md).
+:mod:`.loaded` holds ``LoadedModel``, the one record (model, tokenizer, what is read off them)
+every other part receives; ``HFBackend`` hands its calls to those parts.
 """
 
 # The check below must run before the imports after it (which import torch).
@@ -16,11 +18,9 @@ from trustmargin_integrations.extras import require_local_engine
 require_local_engine()
 
 from trustmargin_integrations.backends.hf.backend import HFBackend, pick_device, pick_dtype
-from trustmargin_integrations.backends.hf.decoding import (
-    DecodingBatch,
-    GreedyOutput,
-    TokenDecoding,
-)
+from trustmargin_integrations.backends.hf.batch import DecodingBatch
+from trustmargin_integrations.backends.hf.decoding import GreedyOutput, TokenDecoding
+from trustmargin_integrations.backends.hf.loaded import LoadedModel
 from trustmargin_integrations.backends.hf.session import HFSession
 from trustmargin_integrations.backends.hf.tree import CachedPrompts, Stem, common_prefix_length
 
@@ -30,6 +30,7 @@ __all__ = [
     "GreedyOutput",
     "HFBackend",
     "HFSession",
+    "LoadedModel",
     "Stem",
     "TokenDecoding",
     "common_prefix_length",

@@ -1,8 +1,10 @@
 """``HFBackend``: a local transformers causal LM implementing the Backend protocol.
 
-Loading (device, dtype, attention kernel), prompt tokens, the plain reference scoring path
-and generation live here; token-level decoding is :mod:`.decoding`, the fast tree-masked
-scoring :mod:`.tree`, and the per-batch session that ties them together :mod:`.session`.
+Loading (device, dtype, attention kernel) lives here; the backend holds the loaded model as
+one record (:class:`~.loaded.LoadedModel`) and hands its calls to the parts that take that
+record: token-level decoding (:mod:`.decoding`), the plain reference scoring
+(:mod:`.reference`) and the per-batch session (:mod:`.session`, whose fast scoring is
+:mod:`.tree`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ from trustmargin_integrations.backends.base import (
     ModelSession,
     StopPredicate,
 )
-from trustmargin_integrations.backends.hf.decoding import TokenDecoding, cache_argument
+from trustmargin_integrations.backends.hf.batch import DecodingBatch
+from trustmargin_integrations.backends.hf.decoding import GreedyOutput, TokenDecoding
+from trustmargin_integrations.backends.hf.loaded import LoadedModel
+from trustmargin_integrations.backends.hf.reference import score_plain
 from trustmargin_integrations.backends.hf.session import HFSession
 from trustmargin_integrations.backends.hf.static_cache import static_decode_unsupported
 from trustmargin_integrations.backends.tokens import LocalTokenizerMixin
@@ -105,14 +110,6 @@ def _load_causal_lm(source: str, dtype: torch.dtype, trust_remote_code: bool) ->
             attn_implementation="eager")
 
 
-def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
-    """The tokenizer's EOS and every EOS of the model's generation config."""
-    eos = {tokenizer.eos_token_id}
-    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    eos.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
-    return frozenset(e for e in eos if e is not None)
-
-
 def _static_decode_choice(choice: bool | None, model: Any, device: torch.device) -> bool:
     """Whether generation runs the static-cache loop: asked for, or (``None``) on CUDA for
     a model it supports.
@@ -136,7 +133,7 @@ def numerics_threads(device: torch.device) -> int | None:
     return torch.get_num_threads() if device.type == "cpu" else None
 
 
-class HFBackend(LocalTokenizerMixin, TokenDecoding):
+class HFBackend(LocalTokenizerMixin):
     """A local causal LM (transformers) implementing the Backend and TokenDecoder protocols.
 
     Args:
@@ -152,6 +149,10 @@ class HFBackend(LocalTokenizerMixin, TokenDecoding):
         cuda_graphs: capture the static loop's step as a CUDA graph on CUDA (``False``
             runs the same static step without a graph).
 
+    ``loaded`` is the model's record and ``decoding`` the :class:`~.decoding.TokenDecoding`
+    that generation and the decoding calls go through (its ``static_decode``,
+    ``static_check_every`` and ``last_decode_loop`` are the decode loop's settings).
+
     Raises:
         InvalidInputError: (field ``static_decode``) ``True`` for a model the static loop
             cannot run (sliding-window layers, remote code).
@@ -159,23 +160,46 @@ class HFBackend(LocalTokenizerMixin, TokenDecoding):
 
     def __init__(self, model: Any, tokenizer: Any, model_id: str, *, fast: bool = True,
                  static_decode: bool | None = None, cuda_graphs: bool = True) -> None:
-        self.model = model.eval()
-        # One model must not run two forward passes at once (LCEL runs parallel branches in
-        # threads; async adapters score in worker threads), so model calls are serialized.
-        self.lock = threading.RLock()
-        self.tokenizer = tokenizer
+        self.loaded = LoadedModel.of(model, tokenizer)
         self.model_id = model_id
         self.fast = fast
-        self.device = next(model.parameters()).device
-        self._chat = self.has_chat_template
-        self.eos_token_ids = _eos_ids(model, tokenizer)
-        pad = tokenizer.pad_token_id
-        self.pad_token_id: int = pad if pad is not None else min(self.eos_token_ids, default=0)
-        self.cache_kwarg = cache_argument(model)
         window = getattr(model.config, "max_position_embeddings", None)
         self.context_window: int | None = window if isinstance(window, int) else None
-        self.static_decode = _static_decode_choice(static_decode, model, self.device)
-        self.cuda_graphs = cuda_graphs
+        self.decoding = TokenDecoding(
+            self.loaded, cuda_graphs=cuda_graphs,
+            static_decode=_static_decode_choice(static_decode, model, self.loaded.device))
+
+    # -- the loaded model, as the Backend and TokenDecoder protocols and adapters read it ----
+
+    @property
+    def model(self) -> Any:
+        """The causal LM itself."""
+        return self.loaded.model
+
+    @property
+    def tokenizer(self) -> Any:
+        """Its tokenizer."""
+        return self.loaded.tokenizer
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model runs."""
+        return self.loaded.device
+
+    @property
+    def lock(self) -> threading.RLock:
+        """Held around every forward pass (one model, one pass at a time)."""
+        return self.loaded.lock
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        """Every id that ends a generated answer."""
+        return self.loaded.eos_token_ids
+
+    @property
+    def pad_token_id(self) -> int:
+        """The id left padding is made of."""
+        return self.loaded.pad_token_id
 
     @property
     def capabilities(self) -> Capabilities:
@@ -222,41 +246,60 @@ class HFBackend(LocalTokenizerMixin, TokenDecoding):
 
     def encode_prompt(self, prompt: str) -> list[int]:
         """Prompt token ids (special tokens come from the chat template when there is one)."""
-        return list(self.tokenizer(prompt, add_special_tokens=not self._chat).input_ids)
-
-    # -- reference path ---------------------------------------------------------------------
+        return self.loaded.encode_prompt(prompt)
 
     def score_continuations(
         self, requests: Sequence[ContinuationRequest]
     ) -> list[ContinuationScore]:
         """One plain forward pass per (prompt + continuation): the reference semantics."""
-        with self.lock:
-            return self._score_plain(requests)
-
-    @torch.inference_mode()
-    def _score_plain(self, requests: Sequence[ContinuationRequest]) -> list[ContinuationScore]:
-        out = []
-        for req in requests:
-            prompt, answer = self.encode_prompt(req.prompt), self.encode_answer(req.continuation)
-            if not answer:
-                out.append(ContinuationScore(0.0, 0))
-                continue
-            ids = torch.tensor([prompt + answer], device=self.device)
-            logits = self.model(ids).logits[0, len(prompt) - 1:-1].float()
-            logprobs = torch.log_softmax(logits, dim=-1)
-            picked = logprobs.gather(1, torch.tensor(answer, device=self.device)[:, None])
-            out.append(ContinuationScore(float(picked.sum()), len(answer)))
-        return out
-
-    # -- generation and sessions ------------------------------------------------------------
+        return score_plain(self.loaded, requests)
 
     def generate(self, prompts: Sequence[str], max_new_tokens: int, *,
                  stop: StopPredicate | None = None) -> list[str]:
         """Greedy continuations, each ending at EOS, after ``max_new_tokens`` or after the
         token at which ``stop`` first holds for the text decoded so far."""
         encoded = [self.encode_prompt(p) for p in prompts]
-        return self.greedy(encoded, max_new_tokens, stop=stop).texts
+        return self.decoding.greedy(encoded, max_new_tokens, stop=stop).texts
 
     def session(self) -> AbstractContextManager[ModelSession]:
         """A per-batch scope that keeps generation caches so scoring can branch off them."""
-        return HFSession(self)
+        return HFSession(self.decoding, fast=self.fast)
+
+    # -- token-level decoding (the TokenDecoder protocol; see TokenDecoding) ----------------
+
+    def decode_tokens(self, ids: Sequence[int]) -> str:
+        """Text of token ids, special tokens removed."""
+        return self.decoding.decode_tokens(ids)
+
+    def stop_holds(self, stop: StopPredicate | None, ids: Sequence[int]) -> bool:
+        """See :meth:`TokenDecoding.stop_holds`."""
+        return self.decoding.stop_holds(stop, ids)
+
+    def prefill(self, prompts: Sequence[Sequence[int]], *,
+                hidden_states: bool = False) -> DecodingBatch:
+        """See :meth:`TokenDecoding.prefill`."""
+        return self.decoding.prefill(prompts, hidden_states=hidden_states)
+
+    def step(self, batch: DecodingBatch, tokens: Sequence[int] | torch.Tensor, *,
+             hidden_states: bool = False) -> None:
+        """See :meth:`TokenDecoding.step`."""
+        self.decoding.step(batch, tokens, hidden_states=hidden_states)
+
+    def greedy_steps(self, batch: DecodingBatch, max_new_tokens: int) -> Iterator[torch.Tensor]:
+        """See :meth:`TokenDecoding.greedy_steps`."""
+        return self.decoding.greedy_steps(batch, max_new_tokens)
+
+    def greedy_tokens(self, prompt: Sequence[int], max_new_tokens: int) -> Iterator[int]:
+        """See :meth:`TokenDecoding.greedy_tokens`."""
+        return self.decoding.greedy_tokens(prompt, max_new_tokens)
+
+    def greedy(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, *,
+               stop: StopPredicate | None = None, probabilities: bool = False) -> GreedyOutput:
+        """See :meth:`TokenDecoding.greedy`."""
+        return self.decoding.greedy(prompts, max_new_tokens, stop=stop,
+                                    probabilities=probabilities)
+
+    def token_probabilities(self, prefix: Sequence[int],
+                            continuation: Sequence[int]) -> list[float]:
+        """See :meth:`TokenDecoding.token_probabilities`."""
+        return self.decoding.token_probabilities(prefix, continuation)

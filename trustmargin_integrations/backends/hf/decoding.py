@@ -3,15 +3,14 @@
 :class:`TokenDecoding` drives the model token by token for the backend's generation and for
 the pipelines that read the model while decoding (FLARE, CLeHe): ``prefill`` (a left-padded
 batch, optionally with every layer's hidden states), ``step``, ``greedy_steps`` /
-``greedy_tokens``, ``greedy`` (with a stop predicate) and ``token_probabilities``. Every model
-call takes the backend's lock.
+``greedy_tokens``, ``greedy`` (with a stop predicate) and ``token_probabilities``.
+:func:`prefill` is also a plain function of a :class:`~.loaded.LoadedModel`. Every model
+call takes the loaded model's lock.
 """
 
 from __future__ import annotations
 
-import inspect
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +18,8 @@ from typing import Any
 import torch
 
 from trustmargin_integrations.backends.base import StopPredicate, stop_check_after
+from trustmargin_integrations.backends.hf.batch import DecodingBatch
+from trustmargin_integrations.backends.hf.loaded import LoadedModel
 from trustmargin_integrations.backends.hf.static_cache import (
     CUDA_CHECK_EVERY,
     StaticDecoder,
@@ -27,49 +28,35 @@ from trustmargin_integrations.backends.hf.static_cache import (
 from trustmargin_integrations.errors import BackendError
 
 
-def cache_argument(model: Any) -> str:
-    """The name under which ``model.forward`` takes a KV cache: ``cache`` in transformers
-    releases that renamed it (passing the old name prints a FutureWarning on every call),
-    ``past_key_values`` before (and in remote-code models that kept it)."""
-    try:
-        parameters = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return "past_key_values"
-    return "cache" if "cache" in parameters else "past_key_values"
+def _forward(loaded: LoadedModel, ids: torch.Tensor, mask: torch.Tensor,
+             positions: torch.Tensor, cache: Any, hidden_states: bool,
+             logits_to_keep: int = 0) -> Any:
+    with loaded.lock:
+        return loaded.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                            use_cache=True, output_hidden_states=hidden_states,
+                            logits_to_keep=logits_to_keep, **{loaded.cache_kwarg: cache})
 
 
-@dataclass
-class DecodingBatch:
-    """A left-padded batch of prompts being decoded, with its KV cache.
+@torch.inference_mode()
+def prefill(loaded: LoadedModel, prompts: Sequence[Sequence[int]], *,
+            hidden_states: bool = False) -> DecodingBatch:
+    """Run a left-padded batch of prompts (token ids) into a fresh KV cache."""
+    from transformers import DynamicCache
 
-    ``logits`` are the next-token logits of every row (rows x vocabulary) and
-    ``hidden_states`` the last call's per-layer hidden states when they were asked for;
-    :meth:`crop_to_prompts` turns it back into a cache of exactly the prompts.
-    """
-
-    cache: Any
-    pads: list[int]
-    width: int
-    mask: torch.Tensor
-    next_positions: torch.Tensor
-    logits: torch.Tensor | None
-    hidden_states: tuple[torch.Tensor, ...] | None = None
-
-    @property
-    def rows(self) -> int:
-        """Number of prompts in the batch."""
-        return len(self.pads)
-
-    def crop_to_prompts(self) -> None:
-        """Drop every decoded token from the cache (the logits no longer apply)."""
-        extra = self.cache.get_seq_length() - self.width
-        if extra > 0:
-            # A negative argument removes that many tokens in every transformers version.
-            self.cache.crop(-extra)
-        self.mask = self.mask[:, :self.width]
-        self.next_positions = self.next_positions - max(extra, 0)
-        self.logits = None
-        self.hidden_states = None
+    if not prompts or any(not p for p in prompts):
+        raise BackendError("a prompt tokenized to nothing; prompts must be non-empty")
+    width = max(len(p) for p in prompts)
+    pads = [width - len(p) for p in prompts]
+    ids = torch.tensor([[loaded.pad_token_id] * pad + list(p)
+                        for pad, p in zip(pads, prompts, strict=True)], device=loaded.device)
+    mask = torch.tensor([[0] * pad + [1] * len(p) for pad, p in zip(pads, prompts,
+                                                                       strict=True)],
+                        device=loaded.device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache()
+    out = _forward(loaded, ids, mask, positions, cache, hidden_states, logits_to_keep=1)
+    return DecodingBatch(cache, pads, width, mask, positions[:, -1:] + 1, out.logits[:, -1],
+                         out.hidden_states if hidden_states else None)
 
 
 @dataclass
@@ -113,7 +100,7 @@ class _GreedyTally:
         for row, token in enumerate(step_tokens):
             if self.done[row]:
                 continue
-            if token in self.decoding.eos_token_ids:
+            if token in self.decoding.loaded.eos_token_ids:
                 self.done[row], self.stops[row] = True, "eos"
                 continue
             self.tokens[row].append(token)
@@ -124,40 +111,38 @@ class _GreedyTally:
 
 
 class TokenDecoding:
-    """The decoding API, mixed into :class:`~trustmargin_integrations.backends.hf.HFBackend`.
+    """The decoding API on a :class:`~.loaded.LoadedModel` (what
+    :class:`~trustmargin_integrations.backends.hf.HFBackend` hands its decoding calls to).
 
-    Needs ``model``, ``tokenizer``, ``device``, ``lock`` (an RLock), ``eos_token_ids`` and
-    ``pad_token_id`` on the instance. ``static_decode`` runs :meth:`greedy`'s steps on a
-    static KV cache (:mod:`.static_cache`), captured as a CUDA graph when ``cuda_graphs``
-    is on and the device is CUDA.
+    Args:
+        loaded: the model to decode with.
+        static_decode: run :meth:`greedy`'s steps on a static KV cache (:mod:`.static_cache`).
+        cuda_graphs: capture the static step as a CUDA graph when the device is CUDA.
+
+    ``static_check_every`` is the number of static steps decoded between two reads of their
+    tokens by the host (None: a few on CUDA, every step elsewhere; any value gives the same
+    result), and ``last_decode_loop`` names the loop the last :meth:`greedy` call ran.
     """
 
-    model: Any
-    tokenizer: Any
-    device: torch.device
-    lock: threading.RLock
-    eos_token_ids: frozenset[int]
-    pad_token_id: int
-    cache_kwarg: str = "past_key_values"
-    static_decode: bool = False
-    cuda_graphs: bool = True
-    # Static steps decoded between two reads of their tokens by the host (None: a few on
-    # CUDA, every step elsewhere); any value gives the same result.
-    static_check_every: int | None = None
-    last_decode_loop: str = "none"
-    _tokens_holding: dict[str, frozenset[int]]
+    def __init__(self, loaded: LoadedModel, *, static_decode: bool = False,
+                 cuda_graphs: bool = True) -> None:
+        self.loaded = loaded
+        self.static_decode = static_decode
+        self.cuda_graphs = cuda_graphs
+        self.static_check_every: int | None = None
+        self.last_decode_loop = "none"
+        self._tokens_holding: dict[str, frozenset[int]] = {}
 
     def decode_tokens(self, ids: Sequence[int]) -> str:
         """Text of token ids, special tokens removed."""
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+        return self.loaded.decode_tokens(ids)
 
     def tokens_holding(self, chars: str) -> frozenset[int]:
         """Ids of the tokens whose text holds any of ``chars`` (computed once per ``chars``:
         one batch decode of the vocabulary, about 0.3 s for 50k tokens)."""
-        if not hasattr(self, "_tokens_holding"):
-            self._tokens_holding = {}
         if chars not in self._tokens_holding:
-            texts = self.tokenizer.batch_decode([[i] for i in range(len(self.tokenizer))])
+            tokenizer = self.loaded.tokenizer
+            texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
             self._tokens_holding[chars] = frozenset(
                 i for i, text in enumerate(texts) if any(c in text for c in chars))
         return self._tokens_holding[chars]
@@ -175,41 +160,19 @@ class TokenDecoding:
             return False
         return bool(stop(self.decode_tokens(ids)))
 
-    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
-                 cache: Any, hidden_states: bool, logits_to_keep: int = 0) -> Any:
-        with self.lock:
-            return self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                              use_cache=True, output_hidden_states=hidden_states,
-                              logits_to_keep=logits_to_keep, **{self.cache_kwarg: cache})
-
-    @torch.inference_mode()
     def prefill(self, prompts: Sequence[Sequence[int]], *,
                 hidden_states: bool = False) -> DecodingBatch:
         """Run a left-padded batch of prompts (token ids) into a fresh KV cache."""
-        from transformers import DynamicCache
-
-        if not prompts or any(not p for p in prompts):
-            raise BackendError("a prompt tokenized to nothing; prompts must be non-empty")
-        width = max(len(p) for p in prompts)
-        pads = [width - len(p) for p in prompts]
-        ids = torch.tensor([[self.pad_token_id] * pad + list(p)
-                            for pad, p in zip(pads, prompts, strict=True)], device=self.device)
-        mask = torch.tensor([[0] * pad + [1] * len(p) for pad, p in zip(pads, prompts,
-                                                                           strict=True)],
-                            device=self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache()
-        out = self._forward(ids, mask, positions, cache, hidden_states, logits_to_keep=1)
-        return DecodingBatch(cache, pads, width, mask, positions[:, -1:] + 1, out.logits[:, -1],
-                             out.hidden_states if hidden_states else None)
+        return prefill(self.loaded, prompts, hidden_states=hidden_states)
 
     @torch.inference_mode()
     def step(self, batch: DecodingBatch, tokens: Sequence[int] | torch.Tensor, *,
              hidden_states: bool = False) -> None:
         """Feed one token per row; ``batch.logits`` then predict the token after it."""
-        fed = torch.as_tensor(tokens, device=self.device).reshape(batch.rows, 1)
+        fed = torch.as_tensor(tokens, device=self.loaded.device).reshape(batch.rows, 1)
         batch.mask = torch.cat([batch.mask, torch.ones_like(batch.mask[:, :1])], dim=1)
-        out = self._forward(fed, batch.mask, batch.next_positions, batch.cache, hidden_states)
+        out = _forward(self.loaded, fed, batch.mask, batch.next_positions, batch.cache,
+                       hidden_states)
         batch.next_positions = batch.next_positions + 1
         batch.logits = out.logits[:, -1]
         batch.hidden_states = out.hidden_states if hidden_states else None
@@ -268,23 +231,24 @@ class TokenDecoding:
                             tally.probs if probabilities else None)
 
     def _dynamic_chunks(self, batch: DecodingBatch, first: torch.Tensor, steps: int,
-                        probabilities: bool) -> Iterator[list[Step]]:
+                        probabilities: bool) -> Generator[list[Step], None, None]:
         """The steps on the prefill's growing cache, one at a time (the reference loop)."""
         tokens = first
         for _ in range(steps):
             self.step(batch, tokens)
+            assert batch.logits is not None  # a step leaves the next-token logits
             tokens = batch.logits.argmax(-1)
             yield [(tokens.tolist(),
                     _picked_probabilities(batch.logits, tokens) if probabilities else None)]
 
     def _static_chunks(self, batch: DecodingBatch, first: torch.Tensor, steps: int,
-                       probabilities: bool) -> Iterator[list[Step]]:
+                       probabilities: bool) -> Generator[list[Step], None, None]:
         """The steps on a static cache; the host reads them every few steps on CUDA (where
         the GPU runs ahead) and at every step elsewhere (where a step is synchronous)."""
-        decoder = StaticDecoder(self, batch, first, steps, probabilities=probabilities,
+        decoder = StaticDecoder(self.loaded, batch, first, steps, probabilities=probabilities,
                                 capture=self.cuda_graphs)
         check_every = self.static_check_every or (
-            CUDA_CHECK_EVERY if self.device.type == "cuda" else 1)
+            CUDA_CHECK_EVERY if self.loaded.device.type == "cuda" else 1)
         chunks = decoder.chunks(check_every)
         with closing(chunks):
             for chunk in chunks:
@@ -299,12 +263,13 @@ class TokenDecoding:
         over both, no cache)."""
         if not continuation:
             return []
-        ids = torch.tensor([list(prefix) + list(continuation)], device=self.device)
-        with self.lock:
+        loaded = self.loaded
+        ids = torch.tensor([list(prefix) + list(continuation)], device=loaded.device)
+        with loaded.lock:
             # The last len(continuation) + 1 positions; the final one predicts past the end.
-            logits = self.model(input_ids=ids, logits_to_keep=len(continuation) + 1).logits
+            logits = loaded.model(input_ids=ids, logits_to_keep=len(continuation) + 1).logits
         probs = torch.softmax(logits[0, :-1].float(), dim=-1)
-        picked = probs.gather(1, torch.tensor(list(continuation), device=self.device)[:, None])
+        picked = probs.gather(1, torch.tensor(list(continuation), device=loaded.device)[:, None])
         return [float(p) for p in picked[:, 0]]
 
 

@@ -4,29 +4,28 @@ scoring branches off them (:mod:`trustmargin_integrations.backends.hf.tree`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from trustmargin_integrations.backends.base import (
     ContinuationRequest,
     ContinuationScore,
     StopPredicate,
 )
+from trustmargin_integrations.backends.hf.decoding import TokenDecoding
+from trustmargin_integrations.backends.hf.reference import score_plain
 from trustmargin_integrations.backends.hf.tree import CachedPrompts, score_requests
-
-if TYPE_CHECKING:
-    from trustmargin_integrations.backends.hf.backend import HFBackend
 
 
 class HFSession:
-    """One batch's generation and scoring on an :class:`HFBackend`.
+    """One batch's generation and scoring on the model ``decoding`` decodes with.
 
     ``generate`` keeps each batch's KV cache (cropped to the prompts); ``score`` branches
-    every request off the cached prompt it shares the longest prefix with. With
-    ``backend.fast`` off, both calls are the plain reference path.
+    every request off the cached prompt it shares the longest prefix with. With ``fast``
+    off, both calls are the plain reference path.
     """
 
-    def __init__(self, backend: HFBackend) -> None:
-        self.backend = backend
+    def __init__(self, decoding: TokenDecoding, *, fast: bool) -> None:
+        self.decoding = decoding
+        self.fast = fast
         self._caches: list[CachedPrompts] = []
         self._encoded: dict[str, list[int]] = {}
 
@@ -41,18 +40,17 @@ class HFSession:
                  stop: StopPredicate | None = None) -> list[str]:
         """Greedy continuations (see :meth:`HFBackend.generate`); the prompts' cache stays
         for :meth:`score`."""
-        backend = self.backend
-        encoded = [backend.encode_prompt(p) for p in prompts]
-        output = backend.greedy(encoded, max_new_tokens, stop=stop)
-        if backend.fast:
+        encoded = [self.decoding.loaded.encode_prompt(p) for p in prompts]
+        output = self.decoding.greedy(encoded, max_new_tokens, stop=stop)
+        if self.fast:
             self._caches.append(CachedPrompts(output.batch, encoded))
             self._encoded.update(zip(prompts, encoded, strict=True))
         return output.texts
 
     def score(self, requests: Sequence[ContinuationRequest]) -> list[ContinuationScore]:
         """Teacher-forced log-likelihoods, branching off this session's caches."""
-        backend = self.backend
-        with backend.lock:
-            if not backend.fast:
-                return backend.score_continuations(requests)
-            return score_requests(backend, requests, self._caches, self._encoded)
+        loaded = self.decoding.loaded
+        with loaded.lock:
+            if not self.fast:
+                return score_plain(loaded, requests)
+            return score_requests(loaded, requests, self._caches, self._encoded)

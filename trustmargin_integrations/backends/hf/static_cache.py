@@ -10,16 +10,15 @@ the pace of the plain loop) and what it costs: docs/decisions.md.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Generator
 from importlib.metadata import version
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
+from trustmargin_integrations.backends.hf.batch import DecodingBatch
+from trustmargin_integrations.backends.hf.loaded import LoadedModel
 from trustmargin_integrations.backends.hf.masks import model_mask, open_value
-
-if TYPE_CHECKING:
-    from trustmargin_integrations.backends.hf.decoding import DecodingBatch, TokenDecoding
 
 # One greedy step of every row: its tokens, and their probabilities when asked for.
 Step = tuple[list[int], list[float] | None]
@@ -92,10 +91,10 @@ class StaticDecoder:
     captured as a CUDA graph after one plain (warm-up) step; ``captured`` says whether it was.
     """
 
-    def __init__(self, backend: TokenDecoding, batch: DecodingBatch, first: torch.Tensor,
+    def __init__(self, loaded: LoadedModel, batch: DecodingBatch, first: torch.Tensor,
                  steps: int, *, probabilities: bool, capture: bool) -> None:
-        device = backend.device
-        self.backend = backend
+        device = loaded.device
+        self.loaded = loaded
         self.steps = steps
         self.probabilities = probabilities
         self.capture = capture and device.type == "cuda"
@@ -105,7 +104,7 @@ class StaticDecoder:
         allowed = torch.zeros((batch.rows, 1, 1, batch.width + steps), dtype=torch.bool,
                               device=device)
         allowed[:, 0, 0, :batch.width] = batch.mask.bool()
-        self.mask = model_mask(backend.model, allowed)
+        self.mask = model_mask(loaded.model, allowed)
         self.fed = first.reshape(batch.rows, 1).clone()
         self.positions = batch.next_positions.clone()
         self.count = torch.zeros(1, dtype=torch.long, device=device)
@@ -116,11 +115,11 @@ class StaticDecoder:
     def _step(self) -> None:
         """Feed ``fed`` at ``slot`` and record the greedy tokens that follow; every tensor
         is updated in place, so a captured graph of this replays the next step."""
-        backend = self.backend
+        loaded = self.loaded
         self.mask.index_fill_(-1, self.slot, open_value(self.mask))
-        logits = backend.model(input_ids=self.fed, attention_mask=self.mask,
+        logits = loaded.model(input_ids=self.fed, attention_mask=self.mask,
                                position_ids=self.positions, use_cache=True, logits_to_keep=1,
-                               **{backend.cache_kwarg: self.cache}).logits[:, -1]
+                               **{loaded.cache_kwarg: self.cache}).logits[:, -1]
         chosen = logits.argmax(-1)
         self.tokens.index_copy_(1, self.count, chosen[:, None])
         if self.probabilities:
@@ -135,7 +134,7 @@ class StaticDecoder:
         """Run one real step on a side stream (kernel choice and workspaces happen outside
         the graph), then capture the next one; None (with a warning) when capture fails,
         and the remaining steps run plainly with the same result."""
-        device = self.backend.device
+        device = self.loaded.device
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
@@ -156,17 +155,17 @@ class StaticDecoder:
         return graph
 
     @torch.inference_mode()
-    def chunks(self, check_every: int) -> Iterator[list[Step]]:
+    def chunks(self, check_every: int) -> Generator[list[Step], None, None]:
         """The decoded steps, ``check_every`` at a time (stop iterating to stop)."""
         graph = None
         ran = done = 0
-        with self.backend.lock:
+        with self.loaded.lock:
             if self.capture and self.steps > 1:
                 graph = self._capture()
                 ran = 1  # the warm-up step before the capture was a real one
         while done < self.steps:
             end = min(done + check_every, self.steps)
-            with self.backend.lock:
+            with self.loaded.lock:
                 while ran < end:
                     if graph is not None:
                         graph.replay()

@@ -10,16 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
 from trustmargin_integrations.backends.base import ContinuationRequest, ContinuationScore
-from trustmargin_integrations.backends.hf.decoding import DecodingBatch
+from trustmargin_integrations.backends.hf.batch import DecodingBatch
+from trustmargin_integrations.backends.hf.decoding import prefill
+from trustmargin_integrations.backends.hf.loaded import LoadedModel
 from trustmargin_integrations.backends.hf.masks import model_mask
-
-if TYPE_CHECKING:
-    from trustmargin_integrations.backends.hf.backend import HFBackend
 
 # A prompt is fed as a stem off a cached prompt when at most this many of its tokens are not
 # shared: the context-only and question-only views (tens of tokens) qualify; a prompt with
@@ -73,7 +71,7 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def score_requests(
-    backend: HFBackend,
+    loaded: LoadedModel,
     requests: Sequence[ContinuationRequest],
     caches: list[CachedPrompts],
     known: dict[str, list[int]] | None = None,
@@ -86,19 +84,19 @@ def score_requests(
     instead. Each cache is consumed by its one scoring pass. ``known`` maps prompts generation
     already tokenized to their ids (a 2k-token prompt is not tokenized twice).
     """
-    by_prompt = requests_by_prompt(backend, requests)
+    by_prompt = requests_by_prompt(loaded, requests)
     grouped = {n for targets in by_prompt.values() for n, _ in targets}
     # An empty answer has nothing to score.
     results: list[ContinuationScore | None] = [
         None if n in grouped else ContinuationScore(0.0, 0) for n in range(len(requests))]
     if by_prompt:
         known = known or {}
-        encoded = {prompt: known[prompt] if prompt in known else backend.encode_prompt(prompt)
+        encoded = {prompt: known[prompt] if prompt in known else loaded.encode_prompt(prompt)
                    for prompt in by_prompt}
-        plan = _plan(backend, by_prompt, encoded, caches)
+        plan = _plan(loaded, by_prompt, encoded, caches)
         for c, rows in plan.items():
             order = sorted(rows)
-            scores = score_stems(backend, caches[c].batch, order,
+            scores = score_stems(loaded, caches[c].batch, order,
                                  [[stem for stem, _ in rows[r]] for r in order])
             for r, row_scores in zip(order, scores, strict=True):
                 flat = [n for _, ns in rows[r] for n in ns]
@@ -109,20 +107,20 @@ def score_requests(
 
 
 def requests_by_prompt(
-    backend: HFBackend, requests: Sequence[ContinuationRequest]
+    loaded: LoadedModel, requests: Sequence[ContinuationRequest]
 ) -> dict[str, list[tuple[int, tuple[int, ...]]]]:
     """Each prompt's (request index, answer ids) pairs; requests with an empty answer are
     left out (nothing to score)."""
     by_prompt: dict[str, list[tuple[int, tuple[int, ...]]]] = {}
     for n, req in enumerate(requests):
-        answer = tuple(backend.encode_answer(req.continuation))
+        answer = tuple(loaded.encode_answer(req.continuation))
         if answer:
             by_prompt.setdefault(req.prompt, []).append((n, answer))
     return by_prompt
 
 
 def _plan(
-    backend: HFBackend,
+    loaded: LoadedModel,
     by_prompt: dict[str, list[tuple[int, tuple[int, ...]]]],
     encoded: dict[str, list[int]],
     caches: list[CachedPrompts],
@@ -132,8 +130,8 @@ def _plan(
     branches = {p: _best_branch(ids, caches) for p, ids in encoded.items()}
     uncovered = [p for p, branch in branches.items() if branch is None]
     for bucket in _length_buckets(_prefill_choice(uncovered, encoded)):
-        ids = [encoded[p] for p in bucket]
-        caches.append(CachedPrompts(backend.prefill(ids), ids))
+        bucket_ids = [encoded[p] for p in bucket]
+        caches.append(CachedPrompts(prefill(loaded, bucket_ids), bucket_ids))
     for p in uncovered:
         branches[p] = _best_branch(encoded[p], caches, limit=None)
     plan: dict[int, dict[int, list[tuple[Stem, list[int]]]]] = {}
@@ -299,7 +297,7 @@ def _pack(stems: list[list[Stem]], pads: list[int], width: int, pad_id: int) -> 
 
 @torch.inference_mode()
 def score_stems(
-    backend: HFBackend, batch: DecodingBatch, rows: list[int], stems: list[list[Stem]]
+    loaded: LoadedModel, batch: DecodingBatch, rows: list[int], stems: list[list[Stem]]
 ) -> list[list[ContinuationScore]]:
     """Score every target of every stem of the selected rows in one forward pass.
 
@@ -307,22 +305,22 @@ def score_stems(
     attention mask gives every token exactly the context it has in a plain forward pass.
     The cache is consumed (it grows by the packed tokens).
     """
-    device = backend.device
+    device = loaded.device
     cache = batch.cache
     if len(rows) != batch.rows:
         cache.batch_select_indices(torch.tensor(rows, device=device))
-    packed = _pack(stems, [batch.pads[r] for r in rows], batch.width, backend.pad_token_id)
+    packed = _pack(stems, [batch.pads[r] for r in rows], batch.width, loaded.pad_token_id)
     # Only positions that predict an answer token need the vocabulary projection.
     needed = sorted({p for row in packed.predictors for stem in row for t in stem for p in t})
     column = {p: i for i, p in enumerate(needed)}
-    model = backend.model
+    model = loaded.model
     mask = model_mask(model, packed.allowed)
-    with backend.lock:
+    with loaded.lock:
         logits = model(
             input_ids=packed.ids.to(device), attention_mask=mask.to(device),
             position_ids=packed.positions.to(device), use_cache=True,
             logits_to_keep=torch.tensor(needed, device=device),
-            **{backend.cache_kwarg: cache},
+            **{loaded.cache_kwarg: cache},
         ).logits
     results: list[list[ContinuationScore]] = []
     for r, row in enumerate(stems):

@@ -23,7 +23,7 @@ from trustmargin_integrations.evaluation.rundir import load_run
 from trustmargin_integrations.files import write_text_atomic
 
 if TYPE_CHECKING:
-    from trustmargin_integrations.calibration_file import Calibration
+    from trustmargin_integrations.policy_file import PolicyFile
 
 REPORT_FILE = "report.md"
 """The report's default name in the run directory."""
@@ -56,23 +56,23 @@ SECTIONS: tuple[Callable[[RunView], Section], ...] = (
 
 def build_report(run_dir: str | Path, out: str | Path | None = None,
                  *, title: str | None = None,
-                 calibration: str | Path | Calibration | None = None) -> Path:
+                 calibration: str | Path | PolicyFile | None = None) -> Path:
     """Write ``report.md``, ``summary.json`` and the PNG figures; return the report's path.
 
     Args:
         run_dir: a directory written by ``trustmargin eval``.
         out: the report file (default ``RUN_DIR/report.md``); figures go next to it.
         title: the report's heading.
-        calibration: a calibration file (or ``"shipped"``) whose rule is also reported, on
+        calibration: a policy file (or ``"shipped"``) whose rule is also reported, on
             the run's questions outside its fit.
     """
     runs = load_run(run_dir)
     fitted = None
     if calibration is not None:
-        from trustmargin_integrations.calibration_file import Calibration
+        from trustmargin_integrations.policy_file import PolicyFile
 
         models = {rec.decision.model_id for r in runs for rec in r.records}
-        fitted = Calibration.coerce(calibration, model=next(iter(models), None))
+        fitted = PolicyFile.coerce(calibration, model=next(iter(models), None))
     report, summary_file = report_files(run_dir, out)
     folder = report.parent
     folder.mkdir(parents=True, exist_ok=True)

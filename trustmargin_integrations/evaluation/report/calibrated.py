@@ -1,6 +1,6 @@
 """The rule with a fitted (lambda_bind, tau), always measured on questions the fit did not
 see: 5-fold cross-validation over the run (every question scored by a fit on the other
-folds), and, given a calibration file, that file's lambda and tau on the run's questions
+folds), and, given a policy file, that file's lambda and tau on the run's questions
 outside the file's fit (``fitted_on.question_ids``)."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trustmargin_integrations.calibration_file import Calibration
 from trustmargin_integrations.evaluation.bootstrap import BEST_SINGLE, comparison_key
 from trustmargin_integrations.evaluation.diagnostics import (
     DEFAULT_LAMBDA,
@@ -27,6 +26,7 @@ from trustmargin_integrations.evaluation.report.formatting import (
 )
 from trustmargin_integrations.evaluation.report.view import RunView, Section
 from trustmargin_integrations.evaluation.rule_fit import Problem, cross_validate
+from trustmargin_integrations.policy_file import PolicyFile
 from trustmargin_integrations.prompts import PROMPT_VERSION
 from trustmargin_integrations.rule import Policy
 from trustmargin_integrations.rule.replay import replay_winner
@@ -46,7 +46,7 @@ def section(view: RunView) -> Section:
     summary: dict[str, Any] = {}
     lines = _cross_validated(view.scored, summary)
     if view.calibration is not None:
-        lines += _calibration_file(view.scored, view.calibration, summary)
+        lines += _policy_file_section(view.scored, view.calibration, summary)
     if not lines:
         return Section([], {"calibrated": {}})
     lines = ["", "## Calibrated rule (on questions the fit did not see)", "", *lines,
@@ -80,9 +80,9 @@ def _cross_validated(scored: Mapping[str, Sequence[GradedDecision]],
             f"(lambda, tau): {fits}):", "", *markdown_table(_HEADER, rows), ""]
 
 
-def _calibration_file(scored: Mapping[str, Sequence[GradedDecision]], calibration: Calibration,
+def _policy_file_section(scored: Mapping[str, Sequence[GradedDecision]], calibration: PolicyFile,
                       summary: dict[str, Any]) -> list[str]:
-    """A calibration file's constant rule on the run's questions outside its fit."""
+    """A policy file's constant rule on the run's questions outside its fit."""
     calibration.check(_only_model(scored), PROMPT_VERSION)
     fitted = set(calibration.fitted_on.question_ids)
     held = {n: [s for s in items if str(s.decision.id) not in fitted]
@@ -93,15 +93,13 @@ def _calibration_file(scored: Mapping[str, Sequence[GradedDecision]], calibratio
              "all questions of this run: the file lists no fitted ids, so some of them "
              "may be in its fit and this row may be optimistic")
     policy = calibration.decision_policy
-    lines = [f"**Calibration file** (policy {policy.label}; fitted on "
+    lines = [f"**Policy file** (policy {policy.label}; fitted on "
              f"{calibration.fitted_on.n} questions of run {calibration.fitted_on.run_dir}) on "
              f"{where}:", ""]
     if not held:
         return [*lines, "(no question of this run lies outside the fit)", ""]
     groups = {n: _with_calibrated(items, [policy] * len(items)) for n, items in held.items()}
     rows, summary["calibration_file"] = _calibrated_rows(groups)
-    summary["calibration_file"]["lambda_bind"] = calibration.lambda_bind
-    summary["calibration_file"]["tau"] = calibration.tau
     summary["calibration_file"]["policy"] = policy.setting
     return [*lines, *markdown_table(_HEADER, rows), ""]
 
@@ -127,7 +125,7 @@ def _calibrated_rows(groups: Mapping[str, MethodScores]
 def _with_calibrated(subset: Sequence[GradedDecision], chosen: Sequence[Policy]
                      ) -> dict[str, tuple[list[float], list[float]]]:
     """Per-question (F1, EM) of the fixed methods plus the calibrated ``chosen`` policy per
-    question (a fold's fitted rule, or a calibration file's policy)."""
+    question (a fold's fitted rule, or a policy file's policy)."""
     base = per_question_scores(subset, methods=("direct", "rag", "trustmargin", "oracle"))
     f1s, ems = [], []
     for s, policy in zip(subset, chosen, strict=True):

@@ -17,7 +17,7 @@ from trustmargin_integrations.evaluation.diagnostics import (
 from trustmargin_integrations.evaluation.rundir import DatasetRun
 
 if TYPE_CHECKING:
-    from trustmargin_integrations.calibration_file import Calibration
+    from trustmargin_integrations.policy_file import PolicyFile
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class RunView:
     runs: list[DatasetRun]
     folder: Path
     """Where the report and its figures go."""
-    calibration: Calibration | None
+    calibration: PolicyFile | None
     scored: dict[str, list[GradedDecision]]
     tables: dict[str, dict[str, tuple[float, float]]]
     """Dataset -> method -> (F1, EM) x100."""
@@ -42,7 +42,7 @@ class RunView:
 
     @classmethod
     def of(cls, runs: list[DatasetRun], folder: Path,
-           calibration: Calibration | None = None) -> RunView:
+           calibration: PolicyFile | None = None) -> RunView:
         """Score every dataset of ``runs`` once."""
         scored = {r.name: score_records(r.records, whole_texts=r.chain_answers) for r in runs}
         tables = {n: method_scores(s) for n, s in scored.items()}

@@ -1,10 +1,11 @@
-"""The calibration file the arbiter loads, and the files this package ships for named models.
+"""The policy file the arbiter loads, and the policy files this package ships (``policies/``).
 
-A file holds a fitted (lambda_bind, tau) and the decision ``policy`` chosen for one model and
-prompt version, with its provenance; the shipped files hold the policy the domain check
-(``trustmargin check``) chose on their benchmark questions. A file without a ``policy`` means
-the margin rule at its numbers. :func:`calibration_for` picks one,
-:meth:`Calibration.check` refuses another model's, :meth:`Calibration.apply` applies it.
+A file holds the decision ``policy`` chosen for one model and prompt version with its
+provenance, and only what that policy uses: its own numbers (``always_rag`` none,
+``bind_only`` a ``tau``, ``rule`` a ``lambda_bind`` and a ``tau``, plus the rule fit's
+``score``/``default_score``/``grid``); reading refuses any other field, naming it.
+:func:`policy_file_for` picks one, :meth:`PolicyFile.check` refuses another model's,
+:meth:`PolicyFile.apply` applies it.
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer
 
 from trustmargin_integrations import strict_json
 from trustmargin_integrations.config import ScoringForm, TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.files import write_text_atomic
-from trustmargin_integrations.rule import Policy
+from trustmargin_integrations.rule import POLICIES, Policy
 
 Objective = Literal["f1", "em", "contains"]
 """The mean a calibration maximizes: token F1, exact match, or ``contains`` (a gold answer is
@@ -53,6 +54,9 @@ AUTO = "auto"
 (the domain check's policy); for any other model, or when the caller's config sets the rule
 itself, the config as given (the paper's rule by default)."""
 _RULE_FIELDS = frozenset({"policy", "tau", "lambda_bind"})
+FIT_FIELDS = ("score", "default_score", "grid")
+"""The rule fit's in-sample numbers: in a file only beside the rule they fitted."""
+_REMAKE = "re-create it with `trustmargin check` (or `trustmargin calibrate RUN_DIR`)"
 logger = logging.getLogger(__name__)
 _NUMBER_LIST = re.compile(r"\[\s*(-?[\d.eE+-]+(?:,\s*-?[\d.eE+-]+)*)\s*\]")
 
@@ -134,8 +138,8 @@ class FittedOn(BaseModel):
     split_seed: int | None = None
 
 
-class Calibration(BaseModel):
-    """A fitted (lambda_bind, tau) for one model and prompt version, with its provenance.
+class PolicyFile(BaseModel):
+    """A decision policy for one model and prompt version, with its provenance.
 
     Load it with :meth:`load`; ``TrustMargin.from_pretrained(model, calibration=path)``
     checks it against the loaded model (:meth:`check`) and applies it (:meth:`apply`).
@@ -146,27 +150,28 @@ class Calibration(BaseModel):
     model_id: str
     dtype: str | None = None
     backend_kind: str | None = Field(
-        None, description="The engine the run was scored on (hf, openai, ...); None in files "
-                          "written before it was recorded.")
+        None, description="The engine the run was scored on (hf, openai, ...).")
     backend_model: str | None = Field(
         None, description="The model that engine ran (a local model's name, a server's "
                           "served name).")
     prompt_version: str
     retrieval: RetrievalSetup = Field(default_factory=RetrievalSetup)
-    lambda_bind: float
-    tau: float
+    policy: Policy = Field(
+        description="The decision policy: its name and the numbers it takes, no others.")
     objective: Objective
-    score: float = Field(description="Objective (x100) of the fit on the questions it saw.")
-    default_score: float = Field(description="Objective (x100) of the paper's defaults on "
-                                             "the same questions.")
-    grid: dict[str, list[float]] = Field(description="The lambdas and taus searched.")
+    score: float | None = Field(
+        None, description="The fitted rule's objective (x100) on the questions it saw (only "
+                          "beside the rule it fitted).")
+    default_score: float | None = Field(
+        None, description="The paper's rule's objective (x100) on the same questions (only "
+                          "beside a fitted rule).")
+    grid: dict[str, list[float]] | None = Field(
+        None, description="The lambdas and taus the rule fit searched (only beside a fitted "
+                          "rule).")
     fitted_on: FittedOn
     cv: CrossValidationResult | None = None
     held_out: ComparisonResult | None = Field(
-        None, description="The fitted rule on the run's questions outside the fit.")
-    policy: Policy | None = Field(
-        None, description="The decision policy and its numbers (written by `trustmargin "
-                          "check`); None: the margin rule with lambda_bind and tau.")
+        None, description="The policy on the run's questions outside the fit.")
     scoring_form: ScoringForm | None = Field(
         None, description="How the answers the policy was chosen on were compared: a scoring "
                           "form of a chain's own texts (the check ran on records giving their "
@@ -179,9 +184,29 @@ class Calibration(BaseModel):
     created_at: str
     package_version: str
 
+    @field_serializer("policy")
+    def _policy_numbers(self, policy: Policy) -> dict[str, Any]:
+        """The policy's name and only the numbers it takes (``always_rag``: none)."""
+        return {"kind": policy.name, **{k: getattr(policy, k) for k in policy.numbers}}
+
+    def model_post_init(self, context: Any, /) -> None:
+        """Refuse the rule fit's numbers beside any other policy (a file holds only what its
+        policy uses)."""
+        if self.policy.name != "rule":
+            for name in FIT_FIELDS:
+                if getattr(self, name) is not None:
+                    raise InvalidInputError(
+                        f"calibration.{name}", f"describes a fit of the margin rule, and this "
+                        f"file's policy is {self.policy.name}", f"delete {name}, or {_REMAKE}")
+
     @classmethod
-    def load(cls, path: str | Path) -> Calibration:
-        """Read a calibration file written by ``trustmargin calibrate``."""
+    def load(cls, path: str | Path) -> PolicyFile:
+        """Read a policy file written by ``trustmargin check`` or ``trustmargin calibrate``.
+
+        Raises:
+            InvalidInputError: (field ``calibration``, or ``calibration.NAME`` for a field
+                of the file) not a policy file, or a field its policy does not use.
+        """
         file = Path(path)
         if not file.is_file():
             # Say what it is: a folder or /dev/null "does not exist" sent users looking for
@@ -195,11 +220,11 @@ class Calibration(BaseModel):
         try:
             text = strict_json.read_text(file, "calibration")
             # Duplicate keys, NaN, nesting and huge integers: refused by the strict reader.
-            strict_json.loads(text, "calibration",
-                              "re-create it with `trustmargin calibrate RUN_DIR`")
+            data = strict_json.loads(text, "calibration", _REMAKE)
         except InvalidInputError as exc:
-            raise InvalidInputError("calibration", f"{file} is not a calibration file "
+            raise InvalidInputError("calibration", f"{file} is not a policy file "
                                     f"(it {exc.problem})", exc.fix) from None
+        _refuse_stray_fields(file, data)
         try:
             # Strict types, at the top level and inside `policy`: `true` is not a number
             # and "-1.5" not -1.5 (lax validation read them as 1.0 and -1.5).
@@ -209,27 +234,27 @@ class Calibration(BaseModel):
             where = ".".join(str(p) for p in problem["loc"]) or "file"
             given = repr(problem.get("input"))
             given = given if len(given) <= 40 else given[:39] + "…"
-            raise InvalidInputError("calibration", f"{file} is not a calibration file "
+            raise InvalidInputError("calibration", f"{file} is not a policy file "
                                     f"({where}: {problem['msg'].lower()}, got {given})",
-                                    "re-create it with `trustmargin calibrate RUN_DIR`"
-                                    ) from None
+                                    _REMAKE) from None
 
     @classmethod
-    def coerce(cls, value: str | Path | Calibration, *, model: str | None = None
-               ) -> Calibration:
-        """A Calibration, the one stored at a path, or (``"shipped"``) the one this package
+    def coerce(cls, value: str | Path | PolicyFile, *, model: str | None = None
+               ) -> PolicyFile:
+        """A PolicyFile, the one stored at a path, or (``"shipped"``) the one this package
         ships for the named ``model``."""
-        if isinstance(value, Calibration):
+        if isinstance(value, PolicyFile):
             return value
         if str(value) == SHIPPED:
             return cls.load(shipped_path(model))
         return cls.load(value)
 
     def save(self, path: str | Path) -> Path:
-        """Write the calibration as indented JSON; return the path."""
+        """Write the policy file as indented JSON (fields without a value left out); return
+        the path."""
         file = Path(path)
         file.parent.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(self.model_dump(mode="json"), indent=1)
+        text = json.dumps(self.model_dump(mode="json", exclude_none=True), indent=1)
         # One line per list of numbers (the grid), not one line per number.
         text = _NUMBER_LIST.sub(lambda m: "[" + re.sub(r"\s+", " ", m.group(1)) + "]", text)
         write_text_atomic(file, text + "\n")
@@ -275,32 +300,61 @@ class Calibration(BaseModel):
             return
         fitted = f"{self.backend_kind or '?'}:{self.backend_model or '?'}"
         if fitted != f"{kind}:{model}":
-            logger.warning("calibration fitted on backend %s is loaded with backend %s:%s; "
+            logger.warning("policy file fitted on backend %s is loaded with backend %s:%s; "
                            "its margins may differ from the fit's (run `trustmargin check` "
                            "on this backend for its own policy)", fitted, kind, model)
 
     @property
     def decision_policy(self) -> Policy:
-        """The policy this file applies (a file without one: the rule with its numbers)."""
-        if self.policy is not None:
-            return self.policy
-        return Policy.from_setting("rule", self.lambda_bind, self.tau)
+        """The policy this file applies."""
+        return self.policy
 
     def apply(self, config: TrustMarginConfig | None = None) -> TrustMarginConfig:
-        """``config`` (default: the paper's) with the file's lambda_bind, tau and policy
-        (the policy's own numbers, where it has them, win) and, for a policy chosen on a
+        """``config`` (default: the paper's) with the file's policy and the numbers it takes
+        (a number the policy does not take stays the config's) and, for a policy chosen on a
         chain's own answers, the scoring form they were compared under; validated."""
         base = config or TrustMarginConfig()
-        update = {"lambda_bind": self.lambda_bind, "tau": self.tau,
-                  **self.decision_policy.setting,
+        update = {**self.policy.setting,
                   **({"scoring_form": self.scoring_form} if self.scoring_form else {})}
         updated = base.model_copy(update=update)
         return TrustMarginConfig.model_validate(updated.model_dump())
 
 
+def _refuse_stray_fields(file: Path, data: Any) -> None:
+    """A field a policy file does not have, or a number its policy does not take, refused by
+    name (pydantic would say only "extra inputs are not permitted"; an unused ``tau`` beside
+    ``always_rag`` must not pass as if it did something)."""
+    if not isinstance(data, dict):
+        return
+    for name in data:
+        if name not in PolicyFile.model_fields:
+            raise InvalidInputError(
+                f"calibration.{name}", f"{file} holds {name!r}, which is not a field of a "
+                "policy file (a policy's own numbers are under `policy`)",
+                f"delete {name!r}, or {_REMAKE}")
+    record = data.get("policy")
+    kind = record.get("kind") if isinstance(record, dict) else None
+    if not isinstance(record, dict) or not isinstance(kind, str):
+        return
+    cls = POLICIES.get(kind)
+    if cls is None:
+        return  # an unknown policy: the model's own validation names it
+    for name in record:
+        if name != "kind" and name not in cls.numbers:
+            raise InvalidInputError(
+                f"calibration.policy.{name}", f"{file}: policy {kind!r} takes no {name}",
+                f"delete policy.{name}, or {_REMAKE}")
+    if cls.name != "rule":
+        for name in FIT_FIELDS:
+            if name in data:
+                raise InvalidInputError(
+                    f"calibration.{name}", f"{file} holds {name!r}, a number of a margin rule "
+                    f"fit, beside policy {kind!r}", f"delete {name!r}, or {_REMAKE}")
+
+
 def shipped_models() -> list[str]:
-    """Named models with a calibration file in this package."""
-    folder = files("trustmargin_integrations").joinpath("calibrations")
+    """Named models with a policy file in this package."""
+    folder = files("trustmargin_integrations").joinpath("policies")
     if not folder.is_dir():
         return []
     return sorted(p.name.removesuffix(".json") for p in folder.iterdir()
@@ -308,15 +362,15 @@ def shipped_models() -> list[str]:
 
 
 def shipped_path(model: str | None) -> Path:
-    """The calibration file shipped for ``model`` (a named model such as qwen2.5-1.5b)."""
+    """The policy file shipped for ``model`` (a named model such as qwen2.5-1.5b)."""
     available = shipped_models()
     if model not in available:
         raise InvalidInputError(
-            "calibration", f"no calibration is shipped for model {model!r} (shipped: "
+            "calibration", f"no policy file is shipped for model {model!r} (shipped: "
             f"{', '.join(available) or 'none'})",
             "use one of those models, or fit your own: `trustmargin eval --model ...` then "
             "`trustmargin calibrate RUN_DIR`")
-    return Path(str(files("trustmargin_integrations").joinpath(f"calibrations/{model}.json")))
+    return Path(str(files("trustmargin_integrations").joinpath(f"policies/{model}.json")))
 
 
 _TOLD: set[str] = set()
@@ -337,10 +391,10 @@ def _tell_once(model: str) -> None:
         "choose the paper's rule explicitly (and silence this message).", model, model)
 
 
-def calibration_for(value: Any, model: str,
+def policy_file_for(value: Any, model: str,
                     config: TrustMarginConfig | Mapping[str, Any] | None = None
-                    ) -> Calibration | None:
-    """The calibration ``TrustMargin.from_pretrained(model, config=..., calibration=value)``
+                    ) -> PolicyFile | None:
+    """The policy file ``TrustMargin.from_pretrained(model, config=..., calibration=value)``
     applies (None: the config as given, the paper's rule by default). Reads no model.
 
     - :data:`AUTO` (the default): the policy shipped for a named model (``trustmargin check``'s
@@ -348,11 +402,11 @@ def calibration_for(value: Any, model: str,
       saying the domain check should decide. A config that sets ``policy``, ``tau`` or
       ``lambda_bind`` itself keeps its own rule.
     - None: the config as given (the paper's rule unless the config says otherwise).
-    - :data:`SHIPPED`, a path or a :class:`Calibration`: that calibration
-      (:meth:`Calibration.coerce`).
+    - :data:`SHIPPED`, a path or a :class:`PolicyFile`: that policy file
+      (:meth:`PolicyFile.coerce`).
 
     Raises:
-        InvalidInputError: (field ``calibration``) no such file, or not a calibration file,
+        InvalidInputError: (field ``calibration``) no such file, or not a policy file,
             or ``"shipped"`` for a model without one.
     """
     if value is None:
@@ -363,11 +417,11 @@ def calibration_for(value: Any, model: str,
         if given & _RULE_FIELDS:
             return None
         if model in shipped_models():
-            return Calibration.load(shipped_path(model))
+            return PolicyFile.load(shipped_path(model))
         _tell_once(model)
         return None
-    if not isinstance(value, str | Path | Calibration):
+    if not isinstance(value, str | Path | PolicyFile):
         raise InvalidInputError("calibration", f"a {type(value).__name__} is not a "
-                                "calibration", f"pass {AUTO!r} (the default), None for the "
-                                f"paper's rule, {SHIPPED!r}, a file path or a Calibration")
-    return Calibration.coerce(value, model=model)
+                                "policy file", f"pass {AUTO!r} (the default), None for the "
+                                f"paper's rule, {SHIPPED!r}, a file path or a PolicyFile")
+    return PolicyFile.coerce(value, model=model)
