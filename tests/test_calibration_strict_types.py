@@ -28,7 +28,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                     "--out", str(root / "policy.json"))
     assert done.exit_code == 0, done.output
     data: dict[str, Any] = json.loads((root / "policy.json").read_text())
-    data["policy"] = {"kind": "fitted", "lambda_bind": 0.8, "tau": -0.25}
+    data["policy"] = {"kind": "rule", "lambda_bind": 0.8, "tau": -0.25}
     data["score"] = 40.0  # the rule fit's in-sample score: allowed beside the rule
     return data
 
