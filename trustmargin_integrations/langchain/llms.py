@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import LLM, BaseChatModel, LanguageModelInput
+from langchain_core.language_models import LLM, BaseChatModel, LangSmithParams, LanguageModelInput
 from langchain_core.messages import (
     AIMessage,
     AIMessageChunk,
@@ -166,6 +166,17 @@ class LocalChatModel(_LocalModel, BaseChatModel):
     def _llm_type(self) -> str:
         return "trustmargin-local-chat"
 
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
+        """What LangSmith records of a call: the model, greedy decoding, the token budget."""
+        params = super()._get_ls_params(stop=stop, **kwargs)
+        params["ls_provider"] = "trustmargin"
+        # A per-call `model` is what the caller asked for; a call naming another model than
+        # the loaded one is refused (_same_model), so the trace never misattributes a call.
+        params["ls_model_name"] = str(kwargs.get("model") or self._model_id)
+        params["ls_temperature"] = 0.0
+        params["ls_max_tokens"] = self.max_new_tokens
+        return params
+
     # -- tools and structured output ---------------------------------------------------------
 
     def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any
@@ -258,9 +269,21 @@ class LocalChatModel(_LocalModel, BaseChatModel):
 
     # -- generation --------------------------------------------------------------------------
 
+    @property
+    def _model_id(self) -> str:
+        return str(getattr(self.backend, "model_id", "unknown"))
+
+    def _same_model(self, kwargs: dict[str, Any]) -> None:
+        asked = kwargs.get("model")
+        if asked is not None and asked != self._model_id:
+            raise InvalidInputError("model", f"asks for {asked!r}, but this chat model runs "
+                                    f"{self._model_id!r} in this process", "drop the per-call "
+                                    "model, or build a LocalChatModel on that model's backend")
+
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any
                   ) -> ChatResult:
+        self._same_model(kwargs)
         special = _special(kwargs)
         if special is not None:
             message = self._special_turn(messages, *special)
@@ -271,6 +294,7 @@ class LocalChatModel(_LocalModel, BaseChatModel):
     def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                 run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any
                 ) -> Iterator[ChatGenerationChunk]:
+        self._same_model(kwargs)
         special = _special(kwargs)
         if special is not None:
             # A tool call or a JSON object is decided whole: one chunk.
