@@ -1,0 +1,71 @@
+"""Which parts of two differently framed chat answers are compared: the candidates the
+alignment offers (pure text, no model) and the answer-bearing choice among them, on a scripted
+backend whose likelihoods make the question raise the answers' words and nothing else."""
+
+from __future__ import annotations
+
+import pytest
+
+from trustmargin_integrations.arbiter import TrustMargin
+from trustmargin_integrations.comparison import differential, scored_text
+from trustmargin_integrations.reading import same_reading
+from trustmargin_integrations.testing import ScriptedBackend, ScriptedPrompt
+
+QUESTION = "Who designed the Velmora Bridge?"
+PASSAGE = "The Velmora Bridge was designed by the engineer Tomas Rilke."
+
+# A closed-book chain's framing of Direct and a RAG chain's framing of its own answer.
+FRAMED = [
+    ("I believe it is Anna Berg, but I am not completely sure.",
+     "According to the context, it is Tomas Rilke."),
+    ("From what I remember, it is Anna Berg.", "Based on the provided passages, it is "
+     "Tomas Rilke [1]."),
+    ("Hello! It is Anna Berg.", "Hello! It is Tomas Rilke."),
+    ("### Answer\n\n**Anna Berg**", "### Answer\n\n**Tomas Rilke**"),
+]
+
+
+def _candidates(direct: str, rag: str) -> list[tuple[str, str]]:
+    found = differential(direct, rag, QUESTION)
+    return [(scored_text(direct, (s.direct,)), scored_text(rag, (s.rag,)))
+            for s in found.stretches]
+
+
+@pytest.mark.parametrize(("direct", "rag"), FRAMED)
+def test_the_two_answers_are_among_the_candidates_whatever_the_framing(direct: str,
+                                                                       rag: str) -> None:
+    candidates = _candidates(direct, rag)
+    assert any(d.endswith("Anna Berg") for d, _ in candidates), candidates
+    assert any(r.endswith("Tomas Rilke") for _, r in candidates), candidates
+
+
+@pytest.mark.parametrize(("direct", "rag"), [*FRAMED, ("Paris", "Paris, France [1]")])
+def test_no_candidate_compares_two_sides_that_read_alike(direct: str, rag: str) -> None:
+    for d, r in _candidates(direct, rag):
+        assert not same_reading(d, r), (d, r)
+
+
+def test_an_addition_is_widened_to_the_word_it_adds_to() -> None:
+    assert _candidates("Paris", "Paris, France") == [("Paris", "Paris, France")]
+
+
+def _raised_by_the_question(read: ScriptedPrompt, continuation: str) -> float:
+    """The question raises only the two names (as a bare answer after the question-only
+    prompt, against the same prompt with nothing asked); framing reads the same either way.
+    Under the three views every compared part scores alike, so the margins are 0."""
+    words = continuation.strip()
+    if read.view == "question_only" and not read.prefix and words in {"Anna Berg",
+                                                                      "Tomas Rilke"}:
+        return -0.5
+    return -3.0
+
+
+@pytest.mark.parametrize(("direct", "rag"), FRAMED)
+def test_the_answer_bearing_parts_are_the_ones_the_question_raises(direct: str,
+                                                                   rag: str) -> None:
+    backend = ScriptedBackend(answers={}, logprobs=_raised_by_the_question)
+    decision = TrustMargin(backend).arbitrate(QUESTION, [PASSAGE], direct_answer=direct,
+                                              rag_answer=rag)
+    assert (decision.direct_answer, decision.rag_answer) == ("Anna Berg", "Tomas Rilke")
+    # The user's text comes back whole, whichever side is kept.
+    assert decision.answer in {direct, rag}
