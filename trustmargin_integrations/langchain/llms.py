@@ -77,8 +77,13 @@ class _LocalModel(TypedFields, BaseModel):
         return cls(backend=tm.backend, **kwargs)
 
     @property
+    def _model_id(self) -> str:
+        """The loaded model's name, as traces and a per-call ``model`` check read it."""
+        return str(getattr(self.backend, "model_id", "unknown"))
+
+    @property
     def _identifying_params(self) -> dict[str, Any]:
-        return {"model_id": getattr(self.backend, "model_id", "unknown"),
+        return {"model_id": self._model_id,
                 "max_new_tokens": self.max_new_tokens}
 
     def _pieces(self, rendered: str, stop: list[str] | None, field: str) -> Iterator[str]:
@@ -268,10 +273,6 @@ class LocalChatModel(_LocalModel, BaseChatModel):
                                                   "type": "tool_call"}])
 
     # -- generation --------------------------------------------------------------------------
-
-    @property
-    def _model_id(self) -> str:
-        return str(getattr(self.backend, "model_id", "unknown"))
 
     def _same_model(self, kwargs: dict[str, Any]) -> None:
         asked = kwargs.get("model")
