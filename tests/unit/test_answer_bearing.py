@@ -22,6 +22,11 @@ FRAMED = [
      "Tomas Rilke [1]."),
     ("Hello! It is Anna Berg.", "Hello! It is Tomas Rilke."),
     ("### Answer\n\n**Anna Berg**", "### Answer\n\n**Tomas Rilke**"),
+    # The two answers in different places around shared framing words.
+    ("Anna Berg is the answer to your question.",
+     "The passages say that the answer is Tomas Rilke."),
+    # The RAG answer inside a sentence, with a citation, that only the RAG chain writes.
+    ("Anna Berg.", "The retrieved documents state the answer: Tomas Rilke (see Passage 0)."),
 ]
 
 
@@ -47,6 +52,22 @@ def test_no_candidate_compares_two_sides_that_read_alike(direct: str, rag: str) 
 
 def test_an_addition_is_widened_to_the_word_it_adds_to() -> None:
     assert _candidates("Paris", "Paris, France") == [("Paris", "Paris, France")]
+
+
+@pytest.mark.parametrize(("direct", "rag", "compared"), [
+    ("The answer is (B).", "The answer is C.", ("B", "C")),
+    ('The word is "serendipity".', "The word is luck.", ("serendipity", "luck")),
+    ("The answer: Paris", "The answer is Lyon", ("Paris", "is Lyon")),
+])
+def test_an_answer_behind_a_bracket_quote_or_colon_is_compared(direct: str, rag: str,
+                                                                compared: tuple[str, str]
+                                                                ) -> None:
+    """Where one side opens a bracket, a quote or a colon and the other goes on with the
+    clause, both answers are compared. A rule that read the opening side as an aside (a
+    citation mark, a source line) and compared only the other side's addition was measured
+    (docs/results/framing/smollm2-135m-mixed-dev-sets.md) and not adopted: it dropped these
+    answers, which nothing but a model can tell from a citation."""
+    assert _candidates(direct, rag) == [compared]
 
 
 def _raised_by_the_question(read: ScriptedPrompt, continuation: str) -> float:
