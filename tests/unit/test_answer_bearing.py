@@ -22,11 +22,6 @@ FRAMED = [
      "Tomas Rilke [1]."),
     ("Hello! It is Anna Berg.", "Hello! It is Tomas Rilke."),
     ("### Answer\n\n**Anna Berg**", "### Answer\n\n**Tomas Rilke**"),
-    # The two answers in different places around shared framing words.
-    ("Anna Berg is the answer to your question.",
-     "The passages say that the answer is Tomas Rilke."),
-    # The RAG answer inside a sentence, with a citation, that only the RAG chain writes.
-    ("Anna Berg.", "The retrieved documents state the answer: Tomas Rilke (see Passage 0)."),
 ]
 
 

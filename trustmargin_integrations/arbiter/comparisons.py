@@ -97,73 +97,43 @@ def by_difference(question: str, direct: str, rag: str) -> Compared:
     return replace(each[0], options=tuple(each)) if len(each) > 1 else each[0]
 
 
-def answer_bearing(raised: Sequence[tuple[float, float]]) -> int:
-    """Which of a pair's candidate stretches carries the answer when one stretch is kept for
-    both sides: the one that the question makes likelier as an answer, on both sides together
-    (``raised``: per stretch, Direct's then RAG's per-token log-likelihood as a bare answer
-    after the question-only prompt minus after the same prompt with nothing asked). A lead-in,
-    a hedge or a citation reads the same whatever was asked; the answer to the question does
-    not. The sum is symmetric in the two sides, so the choice favours neither source, and it
-    uses no list of phrases."""
+def answer_bearing(raised: Sequence[tuple[float, ...]]) -> int:
+    """Which of a pair's candidate stretches carries the answer: the one that the question
+    makes likelier as an answer, on both sides together (``raised``: per stretch, Direct's
+    then RAG's per-token log-likelihood as a bare answer after the question-only prompt minus
+    after the same prompt with nothing asked). A lead-in, a hedge or a citation reads the
+    same whatever was asked; the answer to the question does not. The sum is symmetric in the
+    two sides, so the choice favours neither source, and it uses no list of phrases."""
     return max(range(len(raised)), key=lambda k: sum(raised[k]))
-
-
-def answer_bearing_parts(raised: Sequence[tuple[float, float]]) -> tuple[int, int]:
-    """Each side's answer-bearing candidate, chosen on its own by how much the question raises
-    that side's part (``raised`` as in :func:`answer_bearing`): two chains may state their
-    answers in different places ("X is the answer to your question." against "The passages
-    say that the answer is Y."), so no one stretch holds both."""
-    return (max(range(len(raised)), key=lambda k: raised[k][0]),
-            max(range(len(raised)), key=lambda k: raised[k][1]))
 
 
 def choose_answer_bearing(session: ModelSession, render: Callable[[str], str],
                           chunk: list[PreparedQuestion], rows: list[list[Compared]]
                           ) -> list[list[Compared]]:
-    """Every pair with several candidate stretches reduced to its answer-bearing parts
-    (:func:`answer_bearing_parts`; :func:`answer_bearing` when both sides choose one stretch
-    or their chosen parts read alike), before anything is scored under the paper's views:
-    each distinct part is scored bare, as an answer, after the question-only prompt and after
-    the same prompt with nothing asked (one session call for the chunk), so only the kept
-    parts pay for the three views."""
+    """Every pair with several candidate stretches reduced to its answer-bearing one
+    (:func:`answer_bearing`), before anything is scored under the paper's views: each
+    candidate's two sides are scored bare, as answers, after the question-only prompt and
+    after the same prompt with nothing asked (four short requests a candidate, one session
+    call for the chunk), so only the kept stretch pays for the three views."""
     free = render(question_free_prompt())
-    # Candidates of one pair share parts ("Paris" in two readings of one stretch): each
-    # distinct request is scored once.
-    requests = list(dict.fromkeys(
-        ContinuationRequest(prompt, _bare(side))
-        for p, row in zip(chunk, rows, strict=True) for c in row for o in c.options
-        for side in (o.direct, o.rag) for prompt in (p.views.question_only, free)))
+    requests = [ContinuationRequest(prompt, _bare(side))
+                for p, row in zip(chunk, rows, strict=True) for c in row for o in c.options
+                for side in (o.direct, o.rag)
+                for prompt in (p.views.question_only, free)]
     if not requests:
         return rows
-    means = {r: s.mean for r, s in zip(requests, session.score(requests), strict=True)}
-
-    def raised(question_only: str, side: Scored) -> float:
-        return (means[ContinuationRequest(question_only, _bare(side))]
-                - means[ContinuationRequest(free, _bare(side))])
-
+    scores = iter(session.score(requests))
     out = []
-    for p, row in zip(chunk, rows, strict=True):
+    for row in rows:
         kept = []
         for c in row:
             if c.options:
-                c = _answer_bearing_form(c.options, [
-                    (raised(p.views.question_only, o.direct),
-                     raised(p.views.question_only, o.rag)) for o in c.options])
+                raised = [tuple(next(scores).mean - next(scores).mean for _ in range(2))
+                          for _ in c.options]
+                c = c.options[answer_bearing(raised)]
             kept.append(c)
         out.append(kept)
     return out
-
-
-def _answer_bearing_form(options: Sequence[Compared], raised: Sequence[tuple[float, float]]
-                         ) -> Compared:
-    """Direct's part of its answer-bearing candidate against RAG's part of its own (one
-    stretch for both, :func:`answer_bearing`, when both choose it or their parts read alike)."""
-    d, r = answer_bearing_parts(raised)
-    first, second = options[d], options[r]
-    if d == r or same_reading(_bare(first.direct), _bare(second.rag)):
-        return options[answer_bearing(raised)]
-    return Compared(first.form, False, first.direct, second.rag, first.direct_text,
-                    second.rag_text, first.direct_spans, second.rag_spans)
 
 
 def _bare(scored: Scored) -> str:
