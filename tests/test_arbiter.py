@@ -216,16 +216,21 @@ def test_given_candidates_under_the_paper_form_are_cut_and_reported(
     assert as_given.m != pytest.approx(clean.m, abs=1e-3)
 
 
-def test_given_texts_with_nothing_in_common_are_compared_whole(tm: TrustMargin) -> None:
-    """No shared word, so the differing part is all of each text: compared whole, not cut by
-    a list of labels, and no warning (the record's spans say what was scored)."""
+def test_given_texts_with_nothing_in_common_are_compared_on_what_the_question_asks(
+        tm: TrustMargin) -> None:
+    """No shared word, so the texts differ as wholes; the clauses of their first sentences are
+    candidates too, and the question, not a list of labels, picks the names: they are scored
+    exactly as the bare names are, with no warning (the record's spans say what was scored)."""
     d = tm.arbitrate("Who designed the Zelvora Bridge?", PASSAGES,
                      direct_answer="Gustave Eiffel\nand more text",
                      rag_answer="Answer: Marta Okonkwo.")
+    bare = tm.arbitrate("Who designed the Zelvora Bridge?", PASSAGES,
+                        direct_answer="Gustave Eiffel", rag_answer="Marta Okonkwo")
     assert d.scoring_form == "differential" and d.m is not None
-    assert (d.direct_answer, d.rag_answer) == ("Gustave Eiffel\nand more text",
-                                               "Answer: Marta Okonkwo")
-    assert d.direct_raw is None and d.rag_raw == "Answer: Marta Okonkwo."
+    assert (d.direct_answer, d.rag_answer) == ("Gustave Eiffel", "Marta Okonkwo")
+    assert d.m == pytest.approx(bare.m, abs=1e-4)
+    assert (d.direct_raw, d.rag_raw) == ("Gustave Eiffel\nand more text",
+                                         "Answer: Marta Okonkwo.")
     assert not d.warnings
 
 

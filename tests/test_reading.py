@@ -47,7 +47,11 @@ markdown, case, quotes and sentence punctuation."""
 def test_opposite_facts_never_read_alike(first: str, second: str) -> None:
     assert not same_reading(first, second), (keys(first), keys(second))
     found = differential(first, second)
-    assert not found.agree and found.stretches
+    assert not found.agree
+    # Each compared part differs in reading; none left means the texts are compared whole.
+    for stretch in found.stretches:
+        assert ([t.key for t in read(first) if stretch.direct.start <= t.start < stretch.direct.end]
+                != [t.key for t in read(second) if stretch.rag.start <= t.start < stretch.rag.end])
 
 
 @pytest.mark.parametrize(("first", "second"), READER_IDENTICAL)

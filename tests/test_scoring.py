@@ -9,9 +9,11 @@ import pytest
 
 from trustmargin_integrations import TrustMargin, TrustMarginConfig
 from trustmargin_integrations.answers import answer_complete, clean_answer
+from trustmargin_integrations.arbiter.comparisons import clause_piece
 from trustmargin_integrations.backends.base import ContinuationRequest
 from trustmargin_integrations.backends.hf import HFBackend
 from trustmargin_integrations.backends.hf.masks import uses_bool_masks
+from trustmargin_integrations.comparison import Span, clause_start
 from trustmargin_integrations.schema import Decision
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "raw"
@@ -33,12 +35,13 @@ def _cwq(n: int) -> list[dict]:
 
 
 def _span_request(prompt: str, d: Decision, cand: str) -> ContinuationRequest:
-    """The plain request of one compared span: the prompt and the text before the span (its
-    space kept with the span), then the span."""
+    """The plain request of one compared span: the prompt and the text of its clause before
+    the span, then the span (the product's own rule for what a span is scored after; this
+    test checks the numbers of the fast path against a plain forward pass)."""
     text = getattr(d, f"{cand}_raw") or getattr(d, f"{cand}_answer")
     [(start, end)] = getattr(d, f"{cand}_spans")
-    cut = len(text[:start].rstrip())
-    return ContinuationRequest(prompt + text[:cut], text[cut:end])
+    [piece] = clause_piece(text, Span(start, end), clause_start(text, start))
+    return ContinuationRequest(prompt + piece.prefix, piece.text)
 
 
 def _assert_matches_reference(tm: TrustMargin, backend: HFBackend, inputs: list[dict]) -> None:

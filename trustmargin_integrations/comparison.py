@@ -7,12 +7,17 @@ losslessly (:mod:`.reading`) and aligned token by token, with no list of phrases
 language (:func:`differential`):
 
 * the texts **agree** only when their readings are equal;
-* every stretch where both texts say something different in the same place (a *replaced*
-  stretch) is a candidate for the answer-bearing part. A stretch present on one side only (a
-  lead-in, a caveat, a citation one chain adds) is no competing statement and is a candidate
-  only when the texts differ in nothing else; it is then widened by one shared neighbouring
-  token so that both sides have something to score. A stretch whose every token on both sides
-  is a word of the question restates the question and is set aside while another remains;
+* the candidates for the answer-bearing part are every stretch where both texts say something
+  different in the same place (a *replaced* stretch), the same stretch clause by clause when
+  it spans clauses on a side ("The documents state the answer: X (see Passage 0)"), and less
+  a first or last word that the other text also says elsewhere (the two chains put their
+  answers in different places around shared framing words). A stretch present on one side
+  only (a lead-in, a caveat, a citation, a remark one answer adds) is no competing statement
+  and is a candidate only when the texts differ in nothing else; it is then widened by the
+  shared token before it (else after it) so that both sides have something to score. A candidate
+  whose every token on both sides is a word of the question restates the question and is set
+  aside while another remains; one whose two sides read alike is dropped (none left: the
+  texts are compared whole);
 * a stretch that continues text both sides share ends at its first clause end (``X, but I am
   not sure``: the caveat is no part of the answer), and is widened to whole words (``5%``
   against ``5‰``, not ``%`` against ``‰``);
@@ -21,9 +26,10 @@ language (:func:`differential`):
   a lead-in or a framing sentence before the clause never enters the likelihoods, so a short
   answer behind "Hello!" or a markdown heading is scored exactly as the bare answer is.
 
-Which candidate stretch carries the answer is decided once they are scored, by what the question
-asks (:func:`~trustmargin_integrations.arbiter.comparisons.answer_bearing`). The compared parts
-are character spans of the texts, recorded in the Decision, so anyone can see what decided.
+Which candidates carry the two answers is decided once they are scored, by what the question
+raises (:func:`~trustmargin_integrations.arbiter.comparisons.answer_bearing`). The
+compared parts are character spans of the texts, recorded in the Decision, so anyone can see
+what decided.
 """
 
 from __future__ import annotations
@@ -31,12 +37,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
+from itertools import pairwise
 
 from trustmargin_integrations.reading import Token, is_ideograph, keys, plain, read
 
-MAX_STRETCHES = 4
-"""Candidate stretches scored per pair at most (the first ones in text order): texts that
-differ in more places are long answers whose later differences follow from the first ones."""
+MAX_PLACES = 4
+"""Places where the texts differ whose candidates are scored, at most (the first ones in text
+order): texts that differ in more places are long answers whose later differences follow from
+the first ones."""
+
+Op = tuple[str, int, int, int, int]
+"""An alignment opcode of :class:`difflib.SequenceMatcher`: tag, left and right token ranges."""
 
 
 @dataclass(frozen=True)
@@ -60,12 +71,15 @@ class Stretch:
     rag: Span
     rag_plain: Span
     rag_clause: int
+    place: int = 0
+    """Which place where the texts differ this candidate reads (0 is the first in text order);
+    a place's candidates are listed with its whole stretch first."""
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """Two texts compared: agreement, or the candidate stretches (text order; empty when a
-    text has nothing to read, and the texts are then compared whole)."""
+    """Two texts compared: agreement, or the candidate stretches (empty when a text has
+    nothing to read or no candidate tells the texts apart; they are then compared whole)."""
 
     agree: bool
     stretches: tuple[Stretch, ...] = ()
@@ -74,6 +88,7 @@ class Comparison:
 # Where a clause ends: the context of a compared part reaches back to the last one, and a
 # compared part that continues shared text stops at the first one ("X, but I am not sure").
 _CLAUSE_END = frozenset(".,;:!?…()[]{}\n\"«»。、，！？：；（）「」『』【】〔〕")
+_SENTENCE_END = frozenset(".!?…\n。！？")
 
 
 def differential(direct: str, rag: str, question: str = "") -> Comparison:
@@ -86,27 +101,94 @@ def differential(direct: str, rag: str, question: str = "") -> Comparison:
     matcher = SequenceMatcher(None, [t.key for t in left], [t.key for t in right],
                               autojunk=False)
     opcodes = matcher.get_opcodes()
-    changed: list[tuple[str, int, int, int, int]] = [op for op in opcodes if op[0] == "replace"]
-    if not changed:
-        changed = [_widened(op, len(left), len(right)) for op in opcodes if op[0] != "equal"]
-    asked = set(keys(question))
-    answering = [op for op in changed
-                 if not {t.key for t in (*left[op[1]:op[2]], *right[op[3]:op[4]])} <= asked]
-    chosen = (answering or changed)[:MAX_STRETCHES]
+    replaced: list[Op] = [op for op in opcodes if op[0] == "replace"]
     shown = plain(direct), plain(rag)
-    return Comparison(agree=False, stretches=tuple(
-        Stretch(*_side(shown[0], left, i1, i2), *_side(shown[1], right, j1, j2))
-        for _, i1, i2, j1, j2 in chosen))
+    # Each place where the texts differ offers its whole stretch and its readings clause by
+    # clause and less a shared framing word; which one carries the answer is not decided here,
+    # nor by position, but by the question once they are scored. A stretch one side adds (a
+    # lead-in, a caveat, a remark: "It was restored in 2001.") is no competing statement
+    # while the texts also say different things in the same place.
+    places = ([[op, *_by_clause(op, shown, left, right), *_less_shared_word(op, left, right)]
+               for op in replaced] if replaced
+              else [[_widened(op)] for op in opcodes if op[0] != "equal"])
+    asked = set(keys(question))
+    answering = [[op for op in ops
+                  if not {t.key for t in (*left[op[1]:op[2]], *right[op[3]:op[4]])} <= asked]
+                 for ops in places]
+    if not any(answering):
+        answering = places
+    stretches: list[Stretch] = []
+    for place, ops in enumerate(ops for ops in answering if ops):
+        if place == MAX_PLACES:
+            break
+        for _, i1, i2, j1, j2 in ops:
+            stretch = Stretch(*_side(shown[0], left, i1, i2), *_side(shown[1], right, j1, j2),
+                              place)
+            # A candidate whose two sides read alike (an addition cut away at its clause
+            # end) cannot tell the answers apart.
+            if stretch not in stretches and (_keys_in(left, stretch.direct_plain)
+                                             != _keys_in(right, stretch.rag_plain)):
+                stretches.append(stretch)
+    # None left (each was cut to shared text: "It is Bolivia, I think." against "It is
+    # Bolivia."): the texts are compared whole, so what one adds still counts.
+    return Comparison(agree=False, stretches=tuple(stretches))
 
 
-def _widened(op: tuple[str, int, int, int, int], n_left: int, n_right: int
-             ) -> tuple[str, int, int, int, int]:
-    """An insertion or deletion grown by one shared token, the next one when there is one,
-    else the one before, so that neither side's span is empty."""
+def _keys_in(tokens: Sequence[Token], span: Span) -> list[str]:
+    """The reading of the tokens inside a plain-text span (code keeps its case)."""
+    return [t.key for t in tokens if span.start <= t.plain_start < span.end]
+
+
+def _widened(op: Op) -> Op:
+    """An insertion or deletion grown by one shared token, the one before it when there is
+    one (the word it adds to: ``Paris`` in ``Paris, France``), else the next one, so that
+    neither side's span is empty."""
     tag, i1, i2, j1, j2 = op
-    if i2 < n_left and j2 < n_right:
-        return tag, i1, i2 + 1, j1, j2 + 1
-    return tag, i1 - 1, i2, j1 - 1, j2
+    if i1 > 0 and j1 > 0:
+        return tag, i1 - 1, i2, j1 - 1, j2
+    return tag, i1, i2 + 1, j1, j2 + 1
+
+
+def _by_clause(op: Op, shown: tuple[str, str], left: Sequence[Token],
+               right: Sequence[Token]) -> list[Op]:
+    """A replaced stretch read clause by clause within each side's first sentence ("The
+    documents state the answer: Lucas (see Passage 0)"): each clause of one side against each
+    of the other's. Later sentences are remarks on the answer ("It was restored in 2001."),
+    not competing readings of it."""
+    _, i1, i2, j1, j2 = op
+    mine, theirs = _clauses(shown[0], left, i1, i2), _clauses(shown[1], right, j1, j2)
+    if mine == [(i1, i2)] and theirs == [(j1, j2)]:
+        return []
+    return [("replace", a, b, c, d) for a, b in mine for c, d in theirs]
+
+
+def _clauses(shown: str, tokens: Sequence[Token], i1: int, i2: int) -> list[tuple[int, int]]:
+    """The clauses of the first sentence of ``tokens[i1:i2]``."""
+    end = next((k for k in range(i1 + 1, i2)
+                if _between(shown, tokens[k - 1], tokens[k]) & _SENTENCE_END), i2)
+    cuts = [k for k in range(i1 + 1, end) if _ends_clause(shown, tokens[k - 1], tokens[k])]
+    return list(pairwise([i1, *cuts, end]))
+
+
+def _less_shared_word(op: Op, left: Sequence[Token], right: Sequence[Token]) -> list[Op]:
+    """A replaced stretch less a first or last token that the other text also says elsewhere
+    (``Bolivia is`` against ``The passages say that`` where the other text reads ``... the
+    answer is Chile``): a word of the framing the alignment matched elsewhere. A token the
+    other text never says is kept: ``Lionel Messi`` is never cut to ``Messi``."""
+    _, i1, i2, j1, j2 = op
+    left_keys, right_keys = {t.key for t in left}, {t.key for t in right}
+    out: list[Op] = []
+    if i2 - i1 > 1:
+        if left[i1].key in right_keys:
+            out.append(("replace", i1 + 1, i2, j1, j2))
+        if left[i2 - 1].key in right_keys:
+            out.append(("replace", i1, i2 - 1, j1, j2))
+    if j2 - j1 > 1:
+        if right[j1].key in left_keys:
+            out.append(("replace", i1, i2, j1 + 1, j2))
+        if right[j2 - 1].key in left_keys:
+            out.append(("replace", i1, i2, j1, j2 - 1))
+    return out
 
 
 def _side(shown: str, tokens: Sequence[Token], i1: int, i2: int) -> tuple[Span, Span, int]:
@@ -123,15 +205,26 @@ def _side(shown: str, tokens: Sequence[Token], i1: int, i2: int) -> tuple[Span, 
     while i2 < len(tokens) and _touch(tokens[i2 - 1], tokens[i2]):
         i2 += 1
     first, last = tokens[i1], tokens[i2 - 1]
-    clause = max((k + 1 for k in range(first.plain_start) if shown[k] in _CLAUSE_END),
-                 default=0)
-    while clause < first.plain_start and shown[clause].isspace():
+    return (Span(first.start, last.end), Span(first.plain_start, last.plain_end),
+            clause_start(shown, first.plain_start))
+
+
+def clause_start(text: str, position: int) -> int:
+    """Where the clause that holds ``text[position]`` begins: after the last clause end
+    before it and the spaces that follow (a compared part's scoring context starts there)."""
+    clause = max((k + 1 for k in range(position) if text[k] in _CLAUSE_END), default=0)
+    while clause < position and text[clause].isspace():
         clause += 1
-    return Span(first.start, last.end), Span(first.plain_start, last.plain_end), clause
+    return clause
 
 
 def _ends_clause(shown: str, before: Token, after: Token) -> bool:
-    return any(c in _CLAUSE_END for c in shown[before.plain_end:after.plain_start])
+    return bool(_between(shown, before, after) & _CLAUSE_END)
+
+
+def _between(shown: str, before: Token, after: Token) -> set[str]:
+    """The characters between two tokens of ``shown``."""
+    return set(shown[before.plain_end:after.plain_start])
 
 
 def _touch(before: Token, after: Token) -> bool:

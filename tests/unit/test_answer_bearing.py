@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from trustmargin_integrations.arbiter import TrustMargin
+from trustmargin_integrations.arbiter.comparisons import answer_bearing
 from trustmargin_integrations.comparison import differential, scored_text
 from trustmargin_integrations.reading import same_reading
 from trustmargin_integrations.testing import ScriptedBackend, ScriptedPrompt
@@ -22,6 +23,11 @@ FRAMED = [
      "Tomas Rilke [1]."),
     ("Hello! It is Anna Berg.", "Hello! It is Tomas Rilke."),
     ("### Answer\n\n**Anna Berg**", "### Answer\n\n**Tomas Rilke**"),
+    # The two answers in different places around shared framing words.
+    ("Anna Berg is the answer to your question.",
+     "The passages say that the answer is Tomas Rilke."),
+    # The RAG answer inside a sentence, with a citation, that only the RAG chain writes.
+    ("Anna Berg.", "The retrieved documents state the answer: Tomas Rilke (see Passage 0)."),
 ]
 
 
@@ -85,3 +91,33 @@ def test_the_answer_bearing_parts_are_the_ones_the_question_raises(direct: str,
     assert (decision.direct_answer, decision.rag_answer) == ("Anna Berg", "Tomas Rilke")
     # The user's text comes back whole, whichever side is kept.
     assert decision.answer in {direct, rag}
+
+
+def test_a_remark_the_question_happens_to_raise_does_not_replace_the_answer() -> None:
+    """The embedded model's lifts on a chat answer with remarks ("... designed by Gustave
+    Eiffel. - It opened in 1889." against "... designed by Marta Okonkwo in 1987. - It spans
+    400 m. - It was restored in 2001."): the question raised the remark "It was restored"
+    most on RAG's side, but a later sentence is no reading of the place it follows (the
+    candidates read clause by clause only within a first sentence), and the place the
+    question raises most on both sides holds the names, where RAG's part is raised too
+    (+0.45), so it is kept."""
+    direct = ("Sure! Here is what I know:\n\nThe Velmora Bridge was designed by Gustave "
+              "Eiffel.\n\nSome further details:\n- It opened in 1889.")
+    rag = ("Sure! Here is what I know:\n\nThe Velmora Bridge was designed by Marta Okonkwo "
+           "in 1987.\n\nSome further details:\n- It spans 400 m.\n- It was restored in 2001.")
+    assert _candidates(direct, rag) == [("Gustave Eiffel", "Marta Okonkwo in 1987"),
+                                        ("opened", "spans 400 m"), ("1889", "2001")]
+    places = [0, 1, 2]
+    raised = [(1.083, 0.448), (-0.178, 0.080), (1.009, 0.128)]
+    assert answer_bearing(places, raised) == (0, 0)
+
+
+def test_a_side_whose_part_is_framing_takes_its_answer_from_another_place() -> None:
+    """"Anna Berg is the answer to your question." against "The passages say that the answer
+    is Tomas Rilke.": the first place holds Direct's answer and RAG's framing, which the
+    question does not raise (<= 0); RAG's answer is at the second place."""
+    places = [0, 0, 1, 1]
+    raised = [(1.4, -0.1), (2.7, -0.1), (-1.0, 0.3), (-1.0, 0.9)]
+    assert answer_bearing(places, raised) == (1, 3)
+    # Within a place, each side's best reading (the name without its clause's framing).
+    assert answer_bearing([0, 0], [(2.7, 0.3), (2.7, 0.9)]) == (0, 1)

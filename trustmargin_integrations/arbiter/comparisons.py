@@ -54,8 +54,11 @@ class Compared:
     note: str | None = None
     """A warning for the Decision about how the pair was compared, else None."""
     options: tuple[Compared, ...] = ()
-    """Every candidate stretch of the pair when the texts differ in several places (this one
-    first), until :func:`choose_answer_bearing` keeps one. Empty: nothing to choose."""
+    """Every candidate of the pair when there are several (this one first), until
+    :func:`choose_answer_bearing` keeps one. Empty: nothing to choose."""
+    place: int = 0
+    """Which place where the texts differ the candidate reads (see
+    :class:`~trustmargin_integrations.comparison.Stretch`)."""
 
 
 def whole(form: CompareForm, direct: str, rag: str, agree: bool | None = None) -> Compared:
@@ -92,48 +95,96 @@ def by_difference(question: str, direct: str, rag: str) -> Compared:
                      clause_piece(shown[0], s.direct_plain, s.direct_clause),
                      clause_piece(shown[1], s.rag_plain, s.rag_clause),
                      scored_text(direct, (s.direct,)), scored_text(rag, (s.rag,)),
-                     (s.direct,), (s.rag,))
+                     (s.direct,), (s.rag,), place=s.place)
             for s in found.stretches]
     return replace(each[0], options=tuple(each)) if len(each) > 1 else each[0]
 
 
-def answer_bearing(raised: Sequence[tuple[float, ...]]) -> int:
-    """Which of a pair's candidate stretches carries the answer: the one that the question
-    makes likelier as an answer, on both sides together (``raised``: per stretch, Direct's
-    then RAG's per-token log-likelihood as a bare answer after the question-only prompt minus
-    after the same prompt with nothing asked). A lead-in, a hedge or a citation reads the
-    same whatever was asked; the answer to the question does not. The sum is symmetric in the
-    two sides, so the choice favours neither source, and it uses no list of phrases."""
-    return max(range(len(raised)), key=lambda k: sum(raised[k]))
+def answer_bearing(places: Sequence[int], raised: Sequence[tuple[float, float]]
+                   ) -> tuple[int, int]:
+    """Which candidates carry the answers (Direct's, RAG's), from how much the question raises
+    each side's part as a bare answer (``raised``: per candidate, Direct's then RAG's
+    per-token log-likelihood after the question-only prompt minus after the same prompt with
+    nothing asked; ``places``: which place where the texts differ each candidate reads, its
+    whole stretch first). A lead-in, a hedge or a citation reads the same whatever was asked;
+    the answer to the question does not. No list of phrases is used, in any language:
+
+    1. the place: the one whose whole stretch the question raises most on both sides
+       together (symmetric, so the choice favours neither source);
+    2. within it each side's part on its own, among the whole stretch and its readings
+       clause by clause or less a framing word ("Tomas Rilke" in "The documents state the
+       answer: Tomas Rilke (see Passage 0)");
+    3. a side whose part there the question does not raise at all (framing: "The passages say
+       that") takes its part from the place where the question raises it most, when there
+       is one: two chains may put their answers in different places ("Anna Berg is the
+       answer." against "The passages say that the answer is Tomas Rilke.").
+    """
+    def best(side: int, among: Sequence[int]) -> int:
+        return max(among, key=lambda k: raised[k][side])
+
+    first = [k for k in range(len(places)) if k == 0 or places[k] != places[k - 1]]
+    place = places[max(first, key=lambda k: sum(raised[k]))]
+    here = [k for k in range(len(places)) if places[k] == place]
+    chosen = []
+    for side in (0, 1):
+        k = best(side, here)
+        if raised[k][side] <= 0:
+            elsewhere = best(side, range(len(places)))
+            if raised[elsewhere][side] > 0:
+                k = elsewhere
+        chosen.append(k)
+    return chosen[0], chosen[1]
 
 
 def choose_answer_bearing(session: ModelSession, render: Callable[[str], str],
                           chunk: list[PreparedQuestion], rows: list[list[Compared]]
                           ) -> list[list[Compared]]:
-    """Every pair with several candidate stretches reduced to its answer-bearing one
-    (:func:`answer_bearing`), before anything is scored under the paper's views: each
-    candidate's two sides are scored bare, as answers, after the question-only prompt and
-    after the same prompt with nothing asked (four short requests a candidate, one session
-    call for the chunk), so only the kept stretch pays for the three views."""
+    """Every pair with several candidates reduced to its answer-bearing parts
+    (:func:`answer_bearing`) before anything is scored under the paper's views: each distinct
+    part is scored bare, as an answer, after the question-only prompt and after the same
+    prompt with nothing asked (one session call for the chunk), so only the kept parts pay for
+    the three views."""
     free = render(question_free_prompt())
-    requests = [ContinuationRequest(prompt, _bare(side))
-                for p, row in zip(chunk, rows, strict=True) for c in row for o in c.options
-                for side in (o.direct, o.rag)
-                for prompt in (p.views.question_only, free)]
+    # Candidates of one pair share parts ("Paris" in two readings of one stretch): each
+    # distinct request is scored once.
+    requests = list(dict.fromkeys(
+        ContinuationRequest(prompt, _bare(side))
+        for p, row in zip(chunk, rows, strict=True) for c in row for o in c.options
+        for side in (o.direct, o.rag) for prompt in (p.views.question_only, free)))
     if not requests:
         return rows
-    scores = iter(session.score(requests))
+    means = {r: s.mean for r, s in zip(requests, session.score(requests), strict=True)}
+
+    def raised(question_only: str, side: Scored) -> float:
+        return (means[ContinuationRequest(question_only, _bare(side))]
+                - means[ContinuationRequest(free, _bare(side))])
+
     out = []
-    for row in rows:
+    for p, row in zip(chunk, rows, strict=True):
         kept = []
         for c in row:
             if c.options:
-                raised = [tuple(next(scores).mean - next(scores).mean for _ in range(2))
-                          for _ in c.options]
-                c = c.options[answer_bearing(raised)]
+                # The pair's note ("compared by difference") stays with the part kept.
+                c = replace(_answer_bearing_form(c.options, [
+                    (raised(p.views.question_only, o.direct),
+                     raised(p.views.question_only, o.rag)) for o in c.options]), note=c.note)
             kept.append(c)
         out.append(kept)
     return out
+
+
+def _answer_bearing_form(options: Sequence[Compared], raised: Sequence[tuple[float, float]]
+                         ) -> Compared:
+    """Direct's answer-bearing part against RAG's (:func:`answer_bearing`); the place's whole
+    stretch when the two parts read alike (they cannot tell the answers apart)."""
+    d, r = answer_bearing([o.place for o in options], raised)
+    if d == r:
+        return options[d]
+    first, second = options[d], options[r]
+    if same_reading(_bare(first.direct), _bare(second.rag)):
+        return next(o for o in options if o.place == first.place)
+    return Compared(first.form, False, first.direct, second.rag, first.direct_text,
+                    second.rag_text, first.direct_spans, second.rag_spans, place=first.place)
 
 
 def _bare(scored: Scored) -> str:
