@@ -7,17 +7,18 @@ losslessly (:mod:`.reading`) and aligned token by token, with no list of phrases
 language (:func:`differential`):
 
 * the texts **agree** only when their readings are equal;
-* the candidates for the answer-bearing part are every stretch where both texts say something
-  different in the same place (a *replaced* stretch), the same stretch clause by clause when
-  it spans clauses on a side ("The documents state the answer: X (see Passage 0)"), and less
-  a first or last word that the other text also says elsewhere (the two chains put their
-  answers in different places around shared framing words). A stretch present on one side
-  only (a lead-in, a caveat, a citation, a remark one answer adds) is no competing statement
-  and is a candidate only when the texts differ in nothing else; it is then widened by the
-  shared token before it (else after it) so that both sides have something to score. A candidate
-  whose every token on both sides is a word of the question restates the question and is set
-  aside while another remains; one whose two sides read alike is dropped (none left: the
-  texts are compared whole);
+* the candidates for the answer-bearing part, grouped by the *place* where the texts differ,
+  are every stretch where both texts say something different in the same place (a *replaced*
+  stretch), the same stretch clause by clause within each side's first sentence ("The
+  documents state the answer: X (see Passage 0)"; a later sentence is a remark, not a reading
+  of the answer), and less a first or last word that the other text also says elsewhere (the
+  two chains put their answers in different places around shared framing words). A stretch
+  present on one side only (a lead-in, a caveat, a citation, a remark one answer adds) is no
+  competing statement and is a candidate only when the texts differ in nothing else; it is
+  then widened by the shared token before it (else after it) so that both sides have
+  something to score. A candidate whose every token on both sides is a word of the question
+  restates the question and is set aside while another remains; one whose two sides read
+  alike is dropped (none left: the texts are compared whole);
 * a stretch that continues text both sides share ends at its first clause end (``X, but I am
   not sure``: the caveat is no part of the answer), and is widened to whole words (``5%``
   against ``5‰``, not ``%`` against ``‰``);
