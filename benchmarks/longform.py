@@ -34,6 +34,7 @@ from trustmargin_integrations.evaluation.longform import (
     LongFormRecord,
     labeled_records,
     load_texts,
+    longform_pooled_table,
     longform_table,
     run_longform,
     save_texts,
@@ -73,6 +74,7 @@ def main(argv: Sequence[str] | None = None) -> list[LongFormRecord]:
     lines = [f"Long-form arbitration, {tm.backend.model_id}, {args.max_new_tokens} new tokens "
              f"per answer, BM25 top-3 passages.", ""]
     every: list[LongFormRecord] = []
+    by_dataset: dict[str, list[LongFormRecord]] = {}
     for name in args.dataset or ["cwq"]:
         examples = first_of_each_type(load_dataset(name, args.data_dir), args.limit,
                                       lambda e: e.meta.get("type", ""))
@@ -85,6 +87,9 @@ def main(argv: Sequence[str] | None = None) -> list[LongFormRecord]:
                                            for r in labeled_records(records)))
         lines += [f"Chain answers for the domain check: `trustmargin check {labeled}`.", ""]
         every += records
+        by_dataset[name] = records
+    if len(by_dataset) > 1:
+        lines += longform_pooled_table(by_dataset)
     if args.save_texts is not None:
         target = check_output(args.save_texts, "--save-texts")
         write_text_atomic(target, save_texts(every, tm.backend.model_id))

@@ -17,10 +17,13 @@ from trustmargin_integrations.evaluation.longform import (
     FORMS,
     labeled_records,
     load_texts,
+    longform_pooled_table,
     longform_table,
+    methods,
     run_longform,
     save_texts,
 )
+from trustmargin_integrations.evaluation.metrics import token_f1
 
 DATA_DIR = Path(os.environ.get("TRUSTMARGIN_DATA")
                 or Path(__file__).resolve().parents[2] / "shared" / "data" / "raw")
@@ -46,6 +49,15 @@ def test_every_form_from_one_generation_and_resumed(tm: TrustMargin, tmp_path: P
     table = "\n".join(longform_table(records, "cwq (n = 2)"))
     assert all(f"tm:{form}" in table for form in FORMS)
     assert "Small sample" in table or "small sample" in table
+    # Pooled over two "datasets" of one question each: a method's pooled score is the mean of
+    # the per-dataset means, and the forms are compared with each other.
+    pooled = longform_pooled_table({"a": records[:1], "b": records[1:]})
+    f1_row = next(line for line in pooled if line.startswith("| token F1 | ") and "[" in line)
+    cells = f1_row.strip("| ").split(" | ")[1:]
+    rag_f1 = 50 * sum(token_f1(r.rag_text, r.example.answers) for r in records)
+    assert cells[methods(FORMS).index("rag")].startswith(f"{rag_f1:.2f} [")
+    assert " - ".join(f"tm:{f}" for f in FORMS[:2]) in "\n".join(pooled)
+    assert "each resampled within itself" in "\n".join(pooled)
     # The run as a labeled file of chain answers: what `trustmargin check` reads back.
     labeled = tmp_path / "cwq-chat.jsonl"
     labeled.write_text("".join(json.dumps(r) + "\n" for r in labeled_records(records)),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import combinations
 from pathlib import Path
 from statistics import mean
 from typing import Any, get_args
@@ -21,7 +22,11 @@ from tqdm.auto import tqdm
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.config import ScoringForm
 from trustmargin_integrations.errors import InvalidInputError
-from trustmargin_integrations.evaluation.bootstrap import Bootstrap, paired_bootstrap
+from trustmargin_integrations.evaluation.bootstrap import (
+    Bootstrap,
+    grouped_bootstrap,
+    paired_bootstrap,
+)
 from trustmargin_integrations.evaluation.datasets import EvalExample
 from trustmargin_integrations.evaluation.metrics import contains_gold, token_f1
 from trustmargin_integrations.prompts import join_passages
@@ -215,10 +220,8 @@ def longform_bootstrap(records: Sequence[LongFormRecord], metric: str, *, seed: 
                        ) -> Bootstrap:
     """Paired intervals of every method under ``metric`` (``contains`` or ``f1``), with
     TrustMargin under each form against RAG and the best single source."""
-    judge = contains_gold if metric == "contains" else token_f1
     forms = list(records[0].decisions) if records else []
-    scores = {m: [judge(r.text(m), r.example.answers) for r in records]
-              for m in methods(forms)}
+    scores = _scores(records, metric, methods(forms))
     pairs = [(f"tm:{f}", other) for f in forms for other in ("rag", "best_single")]
     return paired_bootstrap(scores, pairs, seed=seed)
 
@@ -252,3 +255,36 @@ def longform_table(records: Sequence[LongFormRecord], title: str) -> list[str]:
               f"RAG kept of {len(records)}: {kept}. Reported as agreeing: {agree}. "
               f"Arbitration time per question (both texts given): {cost}.", ""]
     return lines
+
+
+def _scores(records: Sequence[LongFormRecord], metric: str, names: Sequence[str]
+            ) -> dict[str, list[float]]:
+    judge = contains_gold if metric == "contains" else token_f1
+    return {m: [judge(r.text(m), r.example.answers) for r in records] for m in names}
+
+
+def longform_pooled_table(by_dataset: Mapping[str, Sequence[LongFormRecord]]) -> list[str]:
+    """Markdown lines: every method pooled over the datasets (the mean of the per-dataset
+    means, each dataset resampled within itself), each form against RAG and the best single
+    source, and every form against every other, so that "which form gains most" is read with
+    its interval instead of from per-dataset rows."""
+    first = next((rs for rs in by_dataset.values() if rs), ())
+    forms = list(first[0].decisions) if first else []
+    names = methods(forms)
+    pairs = [(f"tm:{f}", other) for f in forms for other in ("rag", "best_single")]
+    pairs += [(f"tm:{a}", f"tm:{b}") for a, b in combinations(forms, 2)]
+    n = sum(len(rs) for rs in by_dataset.values())
+    lines = [f"### all datasets pooled (n = {n})", "",
+             "| metric | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    diffs = ["", "| paired difference | " + " | ".join(f"{a} - {b}" for a, b in pairs) + " |",
+             "|---|" + "---|" * len(pairs)]
+    note = ""
+    for metric, label in (("contains", "gold contained"), ("f1", "token F1")):
+        boot = grouped_bootstrap({d: _scores(rs, metric, names) for d, rs in by_dataset.items()},
+                                 pairs)
+        lines.append(f"| {label} | " + " | ".join(
+            f"{boot.methods[m].mean:.2f} {boot.methods[m].ci()}" for m in names) + " |")
+        diffs.append(f"| {label} | " + " | ".join(
+            f"{d.mean:+.2f} {d.ci()}" for d in boot.differences.values()) + " |")
+        note = boot.note()
+    return [*lines, *diffs, "", note, ""]
