@@ -231,36 +231,41 @@ def longform_table(records: Sequence[LongFormRecord], title: str) -> list[str]:
     differences to RAG and to the best single source, how often each form kept RAG, and
     each form's arbitration time per question."""
     forms = list(records[0].decisions) if records else []
-    names = methods(forms)
-    lines = [f"### {title}", "", "| metric | " + " | ".join(names) + " |",
-             "|---|" + "---|" * len(names)]
-    diffs = ["", "| paired difference | " + " | ".join(
-        f"{f} - RAG | {f} - best single" for f in forms) + " |",
-        "|---|" + "---|---|" * len(forms)]
-    note = ""
-    for metric, label in (("contains", "gold contained"), ("f1", "token F1")):
-        boot = longform_bootstrap(records, metric)
-        lines.append(f"| {label} | " + " | ".join(
-            f"{boot.methods[m].mean:.2f} {boot.methods[m].ci()}" for m in names) + " |")
-        diffs.append(f"| {label} | " + " | ".join(
-            f"{d.mean:+.2f} {d.ci()}" for d in boot.differences.values()) + " |")
-        note = boot.note()
+    boots = {label: longform_bootstrap(records, metric) for metric, label in _METRICS}
     kept = ", ".join(f"{f} {sum(kept_rag(r.decisions[f]) for r in records)}"
                      for f in forms)
     agree = ", ".join(f"{f} {sum(r.decisions[f].source == 'agree' for r in records)}"
                       for f in forms)
     cost = ", ".join(f"{f} {mean(r.decisions[f].timings.total_s for r in records):.3f} s"
                      for f in forms)
-    lines += [*diffs, "", note, "",
-              f"RAG kept of {len(records)}: {kept}. Reported as agreeing: {agree}. "
-              f"Arbitration time per question (both texts given): {cost}.", ""]
-    return lines
+    return [f"### {title}", "", *_bootstrap_rows(methods(forms), boots),
+            f"RAG kept of {len(records)}: {kept}. Reported as agreeing: {agree}. "
+            f"Arbitration time per question (both texts given): {cost}.", ""]
+
+
+_METRICS = (("contains", "gold contained"), ("f1", "token F1"))
 
 
 def _scores(records: Sequence[LongFormRecord], metric: str, names: Sequence[str]
             ) -> dict[str, list[float]]:
     judge = contains_gold if metric == "contains" else token_f1
     return {m: [judge(r.text(m), r.example.answers) for r in records] for m in names}
+
+
+def _bootstrap_rows(names: Sequence[str], boots: Mapping[str, Bootstrap]) -> list[str]:
+    """One table of every method's score per metric (label -> its bootstrap) with its
+    interval, one of every paired difference, and the intervals' note."""
+    first = next(iter(boots.values()))
+    return ["| metric | " + " | ".join(names) + " |", "|---|" + "---|" * len(names),
+            *(f"| {label} | " + " | ".join(f"{b.methods[m].mean:.2f} {b.methods[m].ci()}"
+                                          for m in names) + " |"
+              for label, b in boots.items()),
+            "", "| paired difference | " + " | ".join(first.differences) + " |",
+            "|---|" + "---|" * len(first.differences),
+            *(f"| {label} | " + " | ".join(f"{d.mean:+.2f} {d.ci()}"
+                                          for d in b.differences.values()) + " |"
+              for label, b in boots.items()),
+            "", first.note(), ""]
 
 
 def longform_pooled_table(by_dataset: Mapping[str, Sequence[LongFormRecord]]) -> list[str]:
@@ -273,18 +278,8 @@ def longform_pooled_table(by_dataset: Mapping[str, Sequence[LongFormRecord]]) ->
     names = methods(forms)
     pairs = [(f"tm:{f}", other) for f in forms for other in ("rag", "best_single")]
     pairs += [(f"tm:{a}", f"tm:{b}") for a, b in combinations(forms, 2)]
+    boots = {label: grouped_bootstrap({d: _scores(rs, metric, names)
+                                       for d, rs in by_dataset.items()}, pairs)
+             for metric, label in _METRICS}
     n = sum(len(rs) for rs in by_dataset.values())
-    lines = [f"### all datasets pooled (n = {n})", "",
-             "| metric | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-    diffs = ["", "| paired difference | " + " | ".join(f"{a} - {b}" for a, b in pairs) + " |",
-             "|---|" + "---|" * len(pairs)]
-    note = ""
-    for metric, label in (("contains", "gold contained"), ("f1", "token F1")):
-        boot = grouped_bootstrap({d: _scores(rs, metric, names) for d, rs in by_dataset.items()},
-                                 pairs)
-        lines.append(f"| {label} | " + " | ".join(
-            f"{boot.methods[m].mean:.2f} {boot.methods[m].ci()}" for m in names) + " |")
-        diffs.append(f"| {label} | " + " | ".join(
-            f"{d.mean:+.2f} {d.ci()}" for d in boot.differences.values()) + " |")
-        note = boot.note()
-    return [*lines, *diffs, "", note, ""]
+    return [f"### all datasets pooled (n = {n})", "", *_bootstrap_rows(names, boots)]
