@@ -222,8 +222,12 @@ def longform_bootstrap(records: Sequence[LongFormRecord], metric: str, *, seed: 
     TrustMargin under each form against RAG and the best single source."""
     forms = list(records[0].decisions) if records else []
     scores = _scores(records, metric, methods(forms))
-    pairs = [(f"tm:{f}", other) for f in forms for other in ("rag", "best_single")]
-    return paired_bootstrap(scores, pairs, seed=seed)
+    return paired_bootstrap(scores, _against_sources(forms), seed=seed)
+
+
+def _against_sources(forms: Sequence[str]) -> list[tuple[str, str]]:
+    """TrustMargin under each form against RAG and against the best single source."""
+    return [(f"tm:{f}", other) for f in forms for other in ("rag", "best_single")]
 
 
 def longform_table(records: Sequence[LongFormRecord], title: str) -> list[str]:
@@ -276,10 +280,10 @@ def longform_pooled_table(by_dataset: Mapping[str, Sequence[LongFormRecord]]) ->
     first = next((rs for rs in by_dataset.values() if rs), ())
     forms = list(first[0].decisions) if first else []
     names = methods(forms)
-    pairs = [(f"tm:{f}", other) for f in forms for other in ("rag", "best_single")]
-    pairs += [(f"tm:{a}", f"tm:{b}") for a, b in combinations(forms, 2)]
+    pairs = [*_against_sources(forms),
+             *((f"tm:{a}", f"tm:{b}") for a, b in combinations(forms, 2))]
     boots = {label: grouped_bootstrap({d: _scores(rs, metric, names)
                                        for d, rs in by_dataset.items()}, pairs)
              for metric, label in _METRICS}
-    n = sum(len(rs) for rs in by_dataset.values())
+    n = next(iter(boots.values())).n
     return [f"### all datasets pooled (n = {n})", "", *_bootstrap_rows(names, boots)]
