@@ -28,8 +28,10 @@ from trustmargin_integrations.evaluation.datasets import load_dataset
 from trustmargin_integrations.evaluation.framing import (
     FRAMINGS,
     MIXED_FRAMINGS,
+    Framing,
+    FramingPair,
     FramingRow,
-    decision_f1,
+    decision_scores,
     disagreements,
     invariance,
     invariance_table,
@@ -66,24 +68,24 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, list[FramingR
                        list(e.answers)) for e in examples]
     pairs = disagreements(tm, questions, progress=True)
     results: dict[str, dict[str, list[FramingRow]]] = {"same": {}, "mixed": {}}
-    bare_f1: dict[str, float] = {}
+    bare_scores: dict[str, list[float]] = {}
     seconds: dict[str, float] = {}
-    framings = {**FRAMINGS, **MIXED_FRAMINGS}
+    framings: dict[str, Framing | FramingPair] = {**FRAMINGS, **MIXED_FRAMINGS}
     for form in args.form or FORMS:
         arbiter = TrustMargin(tm.backend, tm.config.model_copy(update={"scoring_form": form}))
         start = time.perf_counter()
         bare, rows = invariance(arbiter, pairs, framings, progress=True)
         seconds[form] = (time.perf_counter() - start) / (len(pairs) * (1 + len(rows)))
-        bare_f1[form] = decision_f1(bare, pairs)
+        bare_scores[form] = decision_scores(bare, pairs)
         results["same"][form] = rows[:len(FRAMINGS)]
         results["mixed"][form] = rows[len(FRAMINGS):]
     lines = [f"Framing invariance, {tm.backend.model_id}: {len(pairs)} strict disagreements "
              f"among {len(questions)} questions (PRAG BM25 top-3 passages, a "
              f"{args.max_context_tokens}-token context). Small samples: "
              "each rate's denominator is shown.", "",
-             "Same framing on both sides:", "", *invariance_table(results["same"], bare_f1), "",
+             "Same framing on both sides:", "", *invariance_table(results["same"], bare_scores), "",
              "Closed-book framing on Direct, RAG framing on RAG:", "",
-             *invariance_table(results["mixed"], bare_f1), "",
+             *invariance_table(results["mixed"], bare_scores), "",
              "Arbitration time per framed question (batch 8, both texts given): "
              + ", ".join(f"{f} {s:.3f} s" for f, s in seconds.items()) + "."]
     text = "\n".join(lines)

@@ -17,9 +17,10 @@ from trustmargin_integrations.evaluation.datasets import load_dataset
 from trustmargin_integrations.evaluation.framing import (
     FRAMINGS,
     MIXED_FRAMINGS,
-    decision_f1,
+    decision_scores,
     disagreements,
     invariance,
+    suite_summary,
 )
 from trustmargin_integrations.reading import keys
 
@@ -150,13 +151,11 @@ def test_framing_invariance_on_the_shared_dev_sets(backend: object) -> None:
     bare, rows = invariance(tm, pairs, {**FRAMINGS, **MIXED_FRAMINGS})
     assert [r.framing for r in rows] == [*FRAMINGS, *MIXED_FRAMINGS]
     assert all(r.agree == 0 for r in rows), {r.framing: r.agree for r in rows if r.agree}
-    bare_f1 = decision_f1(bare, pairs)
+    bare_scores = decision_scores(bare, pairs)
     for suite, bound in ((rows[:len(FRAMINGS)], 0.9), (rows[len(FRAMINGS):], 0.7)):
-        kept = sum(r.kept_side for r in suite)
-        compared = sum(r.compared for r in suite)
-        blind = sum(r.text_blind * r.compared for r in suite) / compared
-        assert compared >= 4 * len(suite)
-        assert kept / compared >= bound, {r.framing: f"{r.kept_side}/{r.compared}"
-                                          for r in suite}
-        assert kept / compared > blind + 0.1
-        assert abs(sum(r.f1 for r in suite) / len(suite) - bare_f1) <= 1.0
+        s = suite_summary(suite, bare_scores)
+        assert s.compared >= 4 * len(suite)
+        assert s.kept / s.compared >= bound, {r.framing: f"{r.kept_side}/{r.compared}"
+                                              for r in suite}
+        assert s.kept / s.compared > s.text_blind + 0.1
+        assert s.f1_vs_bare is not None and abs(s.f1_vs_bare.mean) <= 1.0

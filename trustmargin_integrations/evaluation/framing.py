@@ -23,11 +23,11 @@ The framings are ours, written for this check; none is a list the product consul
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from trustmargin_integrations.arbiter import TrustMargin
-from trustmargin_integrations.config import ScoringForm
+from trustmargin_integrations.evaluation.bootstrap import Difference, Interval, paired_bootstrap
 from trustmargin_integrations.evaluation.metrics import token_f1
 from trustmargin_integrations.rule.replay import kept_rag
 from trustmargin_integrations.schema import Decision, Passage
@@ -109,6 +109,10 @@ class FramingRow:
     same base rates (the bare and framed shares of RAG, independent)."""
     f1: float = float("nan")
     """Mean F1 (0-100) of the framed decisions, each graded on its kept side's bare answer."""
+    pair_f1: list[float] = field(default_factory=list)
+    """Per pair with gold answers, in pair order: the framed decision's F1 (0-1)."""
+    kept_by_pair: list[bool] = field(default_factory=list)
+    """Per compared pair, in pair order: whether the framed decision kept the bare side."""
     flips: list[tuple[int, float | None, float | None]] = field(default_factory=list)
 
     @property
@@ -132,11 +136,17 @@ def arbitrate_pairs(tm: TrustMargin, pairs: Sequence[Disagreement],
     return [flat[k * len(pairs):(k + 1) * len(pairs)] for k in range(len(framings))]
 
 
+def decision_scores(decisions: Sequence[Decision], pairs: Sequence[Disagreement]
+                    ) -> list[float]:
+    """Per pair with gold answers, the F1 (0-1) of its decision on a bare or framed copy,
+    graded on the bare answer of the side it kept."""
+    return [token_f1(p.rag if kept_rag(d) else p.direct, list(p.answers))
+            for d, p in zip(decisions, pairs, strict=True) if p.answers]
+
+
 def decision_f1(decisions: Sequence[Decision], pairs: Sequence[Disagreement]) -> float:
-    """Mean F1 (0-100) of decisions on bare or framed copies of ``pairs``, each graded on the
-    bare answer of the side it kept (NaN without gold answers)."""
-    graded = [token_f1(p.rag if kept_rag(d) else p.direct, list(p.answers))
-              for d, p in zip(decisions, pairs, strict=True) if p.answers]
+    """Mean F1 (0-100) of :func:`decision_scores` (NaN without gold answers)."""
+    graded = decision_scores(decisions, pairs)
     return 100 * sum(graded) / len(graded) if graded else float("nan")
 
 
@@ -154,7 +164,8 @@ def invariance(tm: TrustMargin, pairs: Sequence[Disagreement],
     bare, *framed = arbitrate_pairs(tm, pairs, [None, *as_pairs], progress=progress)
     rows = []
     for name, decisions in zip(chosen, framed, strict=True):
-        row = FramingRow(name, f1=decision_f1(decisions, pairs))
+        row = FramingRow(name, f1=decision_f1(decisions, pairs),
+                         pair_f1=decision_scores(decisions, pairs))
         bare_rag = framed_rag = 0
         for i, (b, f) in enumerate(zip(bare, decisions, strict=True)):
             row.agree += f.source == "agree"
@@ -163,7 +174,9 @@ def invariance(tm: TrustMargin, pairs: Sequence[Disagreement],
             row.compared += 1
             bare_rag += kept_rag(b)
             framed_rag += kept_rag(f)
-            if kept_rag(f) == kept_rag(b) and f.source != "agree":
+            kept = kept_rag(f) == kept_rag(b) and f.source != "agree"
+            row.kept_by_pair.append(kept)
+            if kept:
                 row.kept_side += 1
             else:
                 row.flips.append((i, b.m, f.m))
@@ -174,15 +187,59 @@ def invariance(tm: TrustMargin, pairs: Sequence[Disagreement],
     return bare, rows
 
 
-def invariance_table(results: dict[ScoringForm | str, list[FramingRow]],
-                     bare_f1: dict[ScoringForm | str, float] | None = None) -> list[str]:
+@dataclass(frozen=True)
+class SuiteSummary:
+    """A suite of framings over the same pairs, with paired bootstrap intervals over the pairs
+    (the unit that was sampled: one pair's framings are not independent)."""
+
+    kept: int
+    compared: int
+    rate: Interval | None
+    """Share (x100) of framed decisions keeping the bare side, away from near-ties (None:
+    every pair was a near-tie)."""
+    text_blind: float
+    """The rate (0-1) a decision ignoring the texts reaches at the same base rates."""
+    agree: int
+    f1: Interval | None
+    """The framed decisions' F1, averaged over the framings (None: no gold answers)."""
+    f1_vs_bare: Difference | None
+    """Framed F1 minus the bare decisions' F1 on the same pairs."""
+    note: str
+    """How the intervals were made, with the small-sample warning when due."""
+
+
+def suite_summary(rows: Sequence[FramingRow], bare_scores: Sequence[float], *,
+                  seed: int = 0) -> SuiteSummary:
+    """The rate of keeping the bare side and the framed F1 against the bare F1 over a suite of
+    framings (``bare_scores``: :func:`decision_scores` of the bare decisions), each with its
+    paired bootstrap interval over the pairs."""
+    compared = sum(r.compared for r in rows)
+    kept_share = [sum(r.kept_by_pair[k] for r in rows) / len(rows)
+                  for k in range(len(rows[0].kept_by_pair))]
+    framed = [sum(r.pair_f1[k] for r in rows) / len(rows) for k in range(len(bare_scores))]
+    # Two bootstraps: the rate counts compared pairs only, the F1 every pair with gold.
+    rate = (paired_bootstrap({"kept": kept_share}, seed=seed).methods["kept"]
+            if kept_share else None)
+    f1 = (paired_bootstrap({"framed": framed, "bare": list(bare_scores)},
+                           [("framed", "bare")], seed=seed) if framed else None)
+    blind = sum(r.text_blind * r.compared for r in rows if r.compared) / max(compared, 1)
+    return SuiteSummary(sum(r.kept_side for r in rows), compared, rate, blind,
+                        sum(r.agree for r in rows), f1.methods["framed"] if f1 else None,
+                        f1.differences["framed - bare"] if f1 else None,
+                        f1.note() if f1 else "no gold answers: no F1")
+
+
+def invariance_table(results: Mapping[str, list[FramingRow]],
+                     bare_scores: Mapping[str, Sequence[float]]) -> list[str]:
     """Markdown: per framing and scoring form, the share of pairs keeping the bare side next
     to the text-blind rate, the framed 'agree' count and the framed decisions' F1 (the bare
-    decisions' F1 in the header when given)."""
+    decisions' F1 in the header; ``bare_scores``: per form, :func:`decision_scores` of the
+    bare decisions); the suite's row carries the paired intervals of :func:`suite_summary`."""
     forms = list(results)
     head = []
     for f in forms:
-        bare = f" (bare {bare_f1[f]:.1f})" if bare_f1 and f in bare_f1 else ""
+        scores = bare_scores[f]
+        bare = f" (bare {100 * sum(scores) / len(scores):.1f})" if scores else ""
         head.append(f"{f}: same side | text-blind | agree | F1{bare}")
     lines = ["| framing | " + " | ".join(head) + " |",
              "|---|" + "---|---|---|---|" * len(forms)]
@@ -194,18 +251,18 @@ def invariance_table(results: dict[ScoringForm | str, list[FramingRow]],
             cells += [f"{row.kept_side}/{row.compared} ({100 * row.rate:.0f}%)",
                       f"{100 * row.text_blind:.0f}%", str(row.agree), f"{row.f1:.1f}"]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    totals = []
+    totals, notes = [], []
     for form in forms:
-        rows = results[form]
-        kept = sum(r.kept_side for r in rows)
-        compared = sum(r.compared for r in rows)
-        blind = sum(r.text_blind * r.compared for r in rows if r.compared)
-        f1 = sum(r.f1 for r in rows) / len(rows)
-        totals += [f"**{kept}/{compared} ({100 * kept / max(compared, 1):.1f}%)**",
-                   f"{100 * blind / max(compared, 1):.0f}%",
-                   str(sum(r.agree for r in rows)), f"{f1:.1f}"]
+        s = suite_summary(results[form], bare_scores[form])
+        rate = s.rate.ci(1) if s.rate else ""
+        f1 = (f"{s.f1.mean:.1f}; {s.f1_vs_bare.mean:+.1f} {s.f1_vs_bare.ci(1)} vs bare"
+              if s.f1 and s.f1_vs_bare else "n/a")
+        totals += [f"**{s.kept}/{s.compared} ({100 * s.kept / max(s.compared, 1):.1f}%)** "
+                   f"{rate}", f"{100 * s.text_blind:.0f}%", str(s.agree), f1]
+        notes.append(s.note)
     lines.append("| all framings | " + " | ".join(totals) + " |")
-    return lines
+    return [*lines, "", "All framings: per pair, the share of its framings that kept the bare "
+            "side and its framed F1 averaged over the framings; " + notes[0]]
 
 
 def disagreements(tm: TrustMargin,
