@@ -8,7 +8,7 @@ framing against a RAG framing), as a chain's two answers would be. The framings 
 here, not imported, so that any version of the package runs the same texts.
 
 Usage: PYTHONPATH=PATH/TO/VERSION python benchmarks/arbitration_cost.py [--limit 8]
-       [--repeats 3] [--data-dir ../shared/data/raw]
+       [--repeats 3] [--form extract] [--data-dir ../shared/data/raw]
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import trustmargin_integrations
-from trustmargin_integrations import TrustMargin
+from trustmargin_integrations import TrustMargin, TrustMarginConfig
 from trustmargin_integrations.evaluation.datasets import load_dataset
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "raw"
@@ -45,8 +45,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--limit", type=int, default=8, help="questions per dataset")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--form", default=None,
+                        help="scoring form (default: the version's default)")
     args = parser.parse_args(argv)
-    tm = TrustMargin.from_pretrained(calibration=None)
+    # A version without the option is timed at its default: only a named form is passed.
+    config = {"config": TrustMarginConfig(scoring_form=args.form)} if args.form else {}
+    tm = TrustMargin.from_pretrained(calibration=None, **config)
     questions = [(e.question, [p.as_context() for p in e.passages or ()])
                  for name in ("cwq", "2wiki", "hotpotqa")
                  for e in load_dataset(name, args.data_dir)[:args.limit]]
@@ -62,7 +66,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         tm.arbitrate_batch(items)
         seconds.append((time.perf_counter() - start) / len(items))
     where = Path(trustmargin_integrations.__file__).resolve().parents[1]
-    print(f"| {where} | {len(items)} framed pairs | "
+    form = args.form or "default"
+    print(f"| {where} | {form} | {len(items)} framed pairs | "
           + " | ".join(f"{s:.3f}" for s in seconds)
           + f" | median {statistics.median(seconds):.3f} s per question |")
 
