@@ -58,6 +58,12 @@ def test_every_form_from_one_generation_and_resumed(tm: TrustMargin, tmp_path: P
     assert cells[methods(FORMS).index("rag")].startswith(f"{rag_f1:.2f} [")
     assert " - ".join(f"tm:{f}" for f in FORMS[:2]) in "\n".join(pooled)
     assert "each resampled within itself" in "\n".join(pooled)
+    # What a difference between two forms is made of: the questions where their kept texts
+    # differ, and on which of those only one form's text holds a gold answer.
+    a, b = FORMS[0], FORMS[1]
+    differ = sum(r.decisions[a].answer != r.decisions[b].answer for r in records)
+    assert (f"Kept texts differ between {a} and {b} on {differ} of 2 questions"
+            in "\n".join(pooled))
     # The run as a labeled file of chain answers: what `trustmargin check` reads back.
     labeled = tmp_path / "cwq-chat.jsonl"
     labeled.write_text("".join(json.dumps(r) + "\n" for r in labeled_records(records)),

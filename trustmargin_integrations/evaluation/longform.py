@@ -286,4 +286,18 @@ def longform_pooled_table(by_dataset: Mapping[str, Sequence[LongFormRecord]]) ->
                                        for d, rs in by_dataset.items()}, pairs)
              for metric, label in _METRICS}
     n = next(iter(boots.values())).n
-    return [f"### all datasets pooled (n = {n})", "", *_bootstrap_rows(names, boots)]
+    every = [r for rs in by_dataset.values() for r in rs]
+    return [f"### all datasets pooled (n = {n})", "", *_bootstrap_rows(names, boots),
+            *(_where_forms_differ(every, a, b) for a, b in combinations(forms, 2)), ""]
+
+
+def _where_forms_differ(records: Sequence[LongFormRecord], a: str, b: str) -> str:
+    """One line: on how many questions forms ``a`` and ``b`` kept different texts, and on how
+    many of those exactly one kept text holds a gold answer, per form (what a pooled
+    difference between two forms is made of)."""
+    differ = [r for r in records if r.decisions[a].answer != r.decisions[b].answer]
+    held = {f: sum(contains_gold(r.decisions[f].answer, r.example.answers)
+                   > contains_gold(r.decisions[g].answer, r.example.answers) for r in differ)
+            for f, g in ((a, b), (b, a))}
+    return (f"Kept texts differ between {a} and {b} on {len(differ)} of {len(records)} "
+            f"questions; a gold answer in only one of them: {a} {held[a]}, {b} {held[b]}.")
