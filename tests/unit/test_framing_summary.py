@@ -14,8 +14,7 @@ from trustmargin_integrations.evaluation.framing import (
 
 
 def _row(name: str, kept: list[bool], f1: list[float]) -> FramingRow:
-    return FramingRow(name, compared=len(kept), kept_side=sum(kept), text_blind=0.5,
-                      f1=100 * sum(f1) / len(f1), pair_f1=f1, kept_by_pair=kept)
+    return FramingRow(name, text_blind=0.5, pair_f1=f1, kept_by_pair=kept)
 
 
 def test_the_summary_pools_the_framings_per_pair_and_pairs_framed_with_bare_f1() -> None:
@@ -24,6 +23,7 @@ def test_the_summary_pools_the_framings_per_pair_and_pairs_framed_with_bare_f1()
     bare = [1.0, 0.0, 0.0, 1.0]
     s = suite_summary(rows, bare)
     assert (s.kept, s.compared) == (5, 8)
+    assert (rows[0].kept_side, rows[0].compared, rows[0].f1) == (3, 4, 50.0)
     assert s.rate is not None and s.rate.mean == pytest.approx(62.5)
     assert s.rate.low <= 62.5 <= s.rate.high and s.rate.high - s.rate.low > 10
     # Framed F1 per pair: 1, 0, 0.5, 1 -> 62.5; bare 50; only pair 3 moved.

@@ -101,19 +101,31 @@ class FramingRow:
     """One framing's outcome over the disagreements."""
 
     framing: str
-    compared: int = 0
-    kept_side: int = 0
     agree: int = 0
     text_blind: float = float("nan")
     """The rate of keeping the bare side that a decision ignoring the texts reaches at the
     same base rates (the bare and framed shares of RAG, independent)."""
-    f1: float = float("nan")
-    """Mean F1 (0-100) of the framed decisions, each graded on its kept side's bare answer."""
     pair_f1: list[float] = field(default_factory=list)
     """Per pair with gold answers, in pair order: the framed decision's F1 (0-1)."""
     kept_by_pair: list[bool] = field(default_factory=list)
     """Per compared pair, in pair order: whether the framed decision kept the bare side."""
     flips: list[tuple[int, float | None, float | None]] = field(default_factory=list)
+
+    @property
+    def compared(self) -> int:
+        """Pairs compared: the bare pairs away from near-ties."""
+        return len(self.kept_by_pair)
+
+    @property
+    def kept_side(self) -> int:
+        """Compared pairs whose framed decision kept the bare side."""
+        return sum(self.kept_by_pair)
+
+    @property
+    def f1(self) -> float:
+        """Mean F1 (0-100) of the framed decisions, each graded on its kept side's bare
+        answer (NaN without gold answers)."""
+        return 100 * sum(self.pair_f1) / len(self.pair_f1) if self.pair_f1 else float("nan")
 
     @property
     def rate(self) -> float:
@@ -144,12 +156,6 @@ def decision_scores(decisions: Sequence[Decision], pairs: Sequence[Disagreement]
             for d, p in zip(decisions, pairs, strict=True) if p.answers]
 
 
-def decision_f1(decisions: Sequence[Decision], pairs: Sequence[Disagreement]) -> float:
-    """Mean F1 (0-100) of :func:`decision_scores` (NaN without gold answers)."""
-    graded = decision_scores(decisions, pairs)
-    return 100 * sum(graded) / len(graded) if graded else float("nan")
-
-
 def invariance(tm: TrustMargin, pairs: Sequence[Disagreement],
                framings: dict[str, Framing | FramingPair] | None = None, *,
                progress: bool = False) -> tuple[list[Decision], list[FramingRow]]:
@@ -164,21 +170,17 @@ def invariance(tm: TrustMargin, pairs: Sequence[Disagreement],
     bare, *framed = arbitrate_pairs(tm, pairs, [None, *as_pairs], progress=progress)
     rows = []
     for name, decisions in zip(chosen, framed, strict=True):
-        row = FramingRow(name, f1=decision_f1(decisions, pairs),
-                         pair_f1=decision_scores(decisions, pairs))
+        row = FramingRow(name, pair_f1=decision_scores(decisions, pairs))
         bare_rag = framed_rag = 0
         for i, (b, f) in enumerate(zip(bare, decisions, strict=True)):
             row.agree += f.source == "agree"
             if b.m is None or abs(b.m - b.tau) < NEAR_TIE:
                 continue
-            row.compared += 1
             bare_rag += kept_rag(b)
             framed_rag += kept_rag(f)
             kept = kept_rag(f) == kept_rag(b) and f.source != "agree"
             row.kept_by_pair.append(kept)
-            if kept:
-                row.kept_side += 1
-            else:
+            if not kept:
                 row.flips.append((i, b.m, f.m))
         if row.compared:
             p, q = bare_rag / row.compared, framed_rag / row.compared

@@ -296,8 +296,8 @@ def _where_forms_differ(records: Sequence[LongFormRecord], a: str, b: str) -> st
     many of those exactly one kept text holds a gold answer, per form (what a pooled
     difference between two forms is made of)."""
     differ = [r for r in records if r.decisions[a].answer != r.decisions[b].answer]
-    held = {f: sum(contains_gold(r.decisions[f].answer, r.example.answers)
-                   > contains_gold(r.decisions[g].answer, r.example.answers) for r in differ)
-            for f, g in ((a, b), (b, a))}
+    held = [(contains_gold(r.decisions[a].answer, r.example.answers),
+             contains_gold(r.decisions[b].answer, r.example.answers)) for r in differ]
+    only_a, only_b = sum(x > y for x, y in held), sum(y > x for x, y in held)
     return (f"Kept texts differ between {a} and {b} on {len(differ)} of {len(records)} "
-            f"questions; a gold answer in only one of them: {a} {held[a]}, {b} {held[b]}.")
+            f"questions; a gold answer in only one of them: {a} {only_a}, {b} {only_b}.")
