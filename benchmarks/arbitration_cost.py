@@ -7,8 +7,13 @@ dev sets, each wrapped in chat framings (the same framing on both sides, and a c
 framing against a RAG framing), as a chain's two answers would be. The framings are written
 here, not imported, so that any version of the package runs the same texts.
 
+``--pairs all`` wraps each disagreement in every framing: the questions' prompts (the paper's
+views, passages included) are then shared by six pairs and paid once, so what differs between
+forms weighs more than in a chain. ``--pairs one`` gives each question one framing, in turn,
+as a chain arbitrates one pair per question: a Decision's time as a user pays it.
+
 Usage: PYTHONPATH=PATH/TO/VERSION python benchmarks/arbitration_cost.py [--limit 8]
-       [--repeats 3] [--form extract] [--data-dir ../shared/data/raw]
+       [--repeats 3] [--form extract] [--pairs one] [--data-dir ../shared/data/raw]
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--limit", type=int, default=8, help="questions per dataset")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--pairs", choices=("all", "one"), default="all",
+                        help="framings per disagreement: every one, or one in turn")
     parser.add_argument("--form", default=None,
                         help="scoring form (default: the version's default)")
     args = parser.parse_args(argv)
@@ -55,10 +62,14 @@ def main(argv: Sequence[str] | None = None) -> None:
                  for name in ("cwq", "2wiki", "hotpotqa")
                  for e in load_dataset(name, args.data_dir)[:args.limit]]
     bare = tm.arbitrate_batch([{"question": q, "passages": p} for q, p in questions])
+    disagreements = [(q, p, d) for (q, p), d in zip(questions, bare, strict=True)
+                     if d.m is not None and d.source != "agree"]
+    framings = ([[FRAMED[k % len(FRAMED)]] for k in range(len(disagreements))]
+                if args.pairs == "one" else [FRAMED] * len(disagreements))
     items = [{"question": q, "passages": p, "direct_answer": fd(d.direct_answer),
               "rag_answer": fr(d.rag_answer)}
-             for (q, p), d in zip(questions, bare, strict=True)
-             if d.m is not None and d.source != "agree" for fd, fr in FRAMED]
+             for (q, p, d), chosen in zip(disagreements, framings, strict=True)
+             for fd, fr in chosen]
     tm.arbitrate_batch(items[:8])  # warm-up
     seconds = []
     for _ in range(args.repeats):
@@ -67,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         seconds.append((time.perf_counter() - start) / len(items))
     where = Path(trustmargin_integrations.__file__).resolve().parents[1]
     form = args.form or "default"
-    print(f"| {where} | {form} | {len(items)} framed pairs | "
+    print(f"| {where} | {form} | {len(items)} framed pairs ({args.pairs} per question) | "
           + " | ".join(f"{s:.3f}" for s in seconds)
           + f" | median {statistics.median(seconds):.3f} s per question |")
 
