@@ -52,6 +52,22 @@ def test_extract_asks_once_per_chunk_and_never_invents_agreement(backend: HFBack
         assert d.timings.comparing_s > 0
 
 
+def test_only_texts_that_can_change_a_decision_are_extracted(backend: HFBackend) -> None:
+    # Texts that read alike agree without their extractions: the model is not asked for them.
+    spy = CallSpy(backend)
+    tm = TrustMargin(spy, TrustMarginConfig(scoring_form="extract"))  # type: ignore[arg-type]
+    alike, differ = tm.arbitrate_batch([
+        {"question": QUESTION, "passages": PASSAGES, "direct_answer": "**Weststadt.**",
+         "rag_answer": "weststadt"},
+        {"question": QUESTION, "passages": PASSAGES, "direct_answer": DIRECT, "rag_answer": RAG}])
+    assert alike.source == "agree" and alike.answer in {"**Weststadt.**", "weststadt"}
+    assert differ.source != "agree"
+    [prompts] = spy.generated
+    # The differing pair's two texts, and nothing of the pair that reads alike.
+    assert len(prompts) == 2
+    assert sum(DIRECT in p for p in prompts) == 1 and sum(RAG in p for p in prompts) == 1
+
+
 LIRA = "What Mediterranean country uses the Turkish lira as its currency?"
 LIRA_TEXTS = ("Turkey uses the Turkish lira as its currency.",
               "Cyprus uses the Turkish lira as its currency.")

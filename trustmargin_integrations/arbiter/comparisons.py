@@ -225,15 +225,23 @@ def _extractions(session: ModelSession, render: Callable[[str], str],
                  config: TrustMarginConfig,
                  chunk: list[PreparedQuestion], direct: list[Candidate],
                  options: list[list[Candidate]]) -> dict[tuple[str, str], str]:
-    """The short answer the model reads in each given text, keyed by (question, text)."""
+    """The short answer the model reads in each given text, keyed by (question, text): only
+    the texts of pairs :func:`by_extraction` compares by their extractions (a pair that reads
+    alike agrees without them, and a generated candidate is a short answer already)."""
     if config.scoring_form != "extract" or not config.clean_answers:
         return {}
     wanted: dict[tuple[str, str], str] = {}
     for p, d, opts in zip(chunk, direct, options, strict=True):
-        for c in [d, *opts]:
-            if not c.generated and c.answer.strip():
-                question = p.input.question
-                wanted[(question, c.answer)] = render(extract_prompt(question, plain(c.answer)))
+        if cut_to_short_answer(config, p):
+            continue
+        question = p.input.question
+        for o in opts:
+            if (d.generated and o.generated) or same_reading(d.answer, o.answer):
+                continue
+            for c in (d, o):
+                if not c.generated and c.answer.strip():
+                    wanted[(question, c.answer)] = render(
+                        extract_prompt(question, plain(c.answer)))
     if not wanted:
         return {}
     texts = session.generate(list(wanted.values()), EXTRACT_MAX_NEW_TOKENS,
