@@ -213,12 +213,21 @@ def compare_chunk(session: ModelSession, render: Callable[[str], str],
                 agree = (answers_agree(d.answer, o.answer) if config.scoring_form == "paper"
                          else same_reading(d.answer, o.answer))
                 row.append(whole("paper", d.answer, o.answer, agree=agree))
-            elif config.scoring_form == "extract":
+            elif extracted(config, chunk[i], d, o):
                 row.append(by_extraction(chunk[i].input.question, d, o, stated))
             else:
                 row.append(by_difference(chunk[i].input.question, d.answer, o.answer))
         out.append(row)
     return choose_answer_bearing(session, render, chunk, out)
+
+
+def extracted(config: TrustMarginConfig, prepared: PreparedQuestion, d: Candidate,
+              o: Candidate) -> bool:
+    """True when the pair (Direct ``d``, RAG candidate ``o``) is compared by its texts'
+    stated short answers (:func:`by_extraction`): under ``scoring_form="extract"``, for a
+    pair with a given text that is not cut to its short answer by the paper's policy."""
+    return (config.scoring_form == "extract" and config.clean_answers
+            and not (d.generated and o.generated) and not cut_to_short_answer(config, prepared))
 
 
 def _extractions(session: ModelSession, render: Callable[[str], str],
@@ -228,15 +237,12 @@ def _extractions(session: ModelSession, render: Callable[[str], str],
     """The short answer the model reads in each given text, keyed by (question, text): only
     the texts of pairs :func:`by_extraction` compares by their extractions (a pair that reads
     alike agrees without them, and a generated candidate is a short answer already)."""
-    if config.scoring_form != "extract" or not config.clean_answers:
-        return {}
     wanted: dict[tuple[str, str], str] = {}
     for p, d, opts in zip(chunk, direct, options, strict=True):
-        if cut_to_short_answer(config, p):
-            continue
         question = p.input.question
         for o in opts:
-            if (d.generated and o.generated) or same_reading(d.answer, o.answer):
+            # A pair that reads alike agrees without its extractions (by_extraction).
+            if not extracted(config, p, d, o) or same_reading(d.answer, o.answer):
                 continue
             for c in (d, o):
                 if not c.generated and c.answer.strip():
