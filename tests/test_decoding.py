@@ -173,3 +173,63 @@ def test_cut_at_stop_ends_finished_text_where_the_predicate_first_holds() -> Non
     recorder = Recorder("Rome", check_after="\n")
     assert cut_at_stop(text, recorder) == "Paris\nQuestion: and Rome?\n"
     assert recorder.seen == ["Paris\n", "Paris\nQuestion: and Rome?\n"]
+
+
+def _long_prefix_prompts(backend: HFBackend) -> list[list[int]]:
+    """Prompts that share an instruction of well over MIN_SHARED_PREFIX tokens, then differ
+    (different lengths, so the rows' own tokens are padded)."""
+    head = ("Read the question below and answer it with a short phrase or a single word, "
+            "copied from what you know.\n\nQuestion:\n")
+    return [backend.encode_prompt(backend.render_prompt(head + q)) for q in QUESTIONS]
+
+
+def test_a_shared_prefix_is_run_once_and_gives_the_plain_prefill(backend: HFBackend) -> None:
+    from trustmargin_integrations.backends.hf.decoding import (
+        MIN_SHARED_PREFIX,
+        shared_prefix_length,
+    )
+
+    batch = _long_prefix_prompts(backend)
+    shared = shared_prefix_length(batch)
+    assert shared >= MIN_SHARED_PREFIX
+    fed: list[tuple[int, ...]] = []
+    hook = backend.model.register_forward_pre_hook(
+        lambda _m, _a, kw: fed.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    try:
+        mine = backend.prefill(batch)
+        # Asking for hidden states takes the plain path: every row run whole.
+        plain = backend.prefill(batch, hidden_states=True)
+    finally:
+        hook.remove()
+    width = max(len(p) for p in batch)
+    assert fed == [(1, shared), (len(batch), width - shared), (len(batch), width)]
+    assert (mine.pads, mine.width) == (plain.pads, plain.width)
+    assert torch.equal(mine.mask, plain.mask)
+    assert torch.equal(mine.next_positions, plain.next_positions)
+    assert mine.logits is not None and plain.logits is not None
+    assert torch.allclose(mine.logits, plain.logits, atol=1e-4)
+    seen = plain.mask.bool()[:, None, :, None]
+    for ours, theirs in zip(mine.cache.layers, plain.cache.layers, strict=True):
+        assert ours.keys.shape == theirs.keys.shape
+        # Padding columns hold different junk on the two paths; every real column agrees.
+        assert torch.allclose(ours.keys * seen, theirs.keys * seen, atol=1e-4)
+        assert torch.allclose(ours.values * seen, theirs.values * seen, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_generation_and_scoring_after_a_shared_prefix_match_the_plain_paths(
+        backend: HFBackend) -> None:
+    batch = _long_prefix_prompts(backend)
+    output = backend.greedy(batch, 16)
+    for prompt, tokens in zip(batch, output.tokens, strict=True):
+        assert tokens == transformers_greedy(backend, prompt, 16)[:len(tokens)]
+    # Scoring branches off the generation's cache, laid out as a plain prefill's.
+    head = ("Read the question below and answer it with a short phrase or a single word, "
+            "copied from what you know.\n\nQuestion:\n")
+    texts = [backend.render_prompt(head + q) for q in QUESTIONS]
+    requests = [ContinuationRequest(t, a) for t in texts for a in ("Paris", "Leo Tolstoy")]
+    with backend.session() as session:
+        session.generate(texts, 4)
+        scores = session.score(requests)
+    plain = backend.score_continuations(requests)
+    assert [s.mean for s in scores] == pytest.approx([p.mean for p in plain], abs=1e-4)

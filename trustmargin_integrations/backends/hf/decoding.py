@@ -24,6 +24,7 @@ from trustmargin_integrations.backends.hf.static_cache import (
     CUDA_CHECK_EVERY,
     StaticDecoder,
     Step,
+    static_decode_unsupported,
 )
 from trustmargin_integrations.errors import BackendError
 
@@ -37,14 +38,39 @@ def _forward(loaded: LoadedModel, ids: torch.Tensor, mask: torch.Tensor,
                             logits_to_keep=logits_to_keep, **{loaded.cache_kwarg: cache})
 
 
+# Prompts share a prefix worth computing once (an instruction placed before what varies, as in
+# the extraction prompt) when it is at least this many tokens; below it the copies of the
+# prefix's keys and values cost about what recomputing it does.
+MIN_SHARED_PREFIX = 16
+
+
+def shared_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
+    """How many leading tokens every prompt shares, leaving each at least one of its own (the
+    last prompt token's logits are each row's first prediction)."""
+    first = prompts[0]
+    limit = min(len(p) for p in prompts) - 1
+    length = 0
+    while length < limit and all(p[length] == first[length] for p in prompts):
+        length += 1
+    return length
+
+
 @torch.inference_mode()
 def prefill(loaded: LoadedModel, prompts: Sequence[Sequence[int]], *,
             hidden_states: bool = False) -> DecodingBatch:
-    """Run a left-padded batch of prompts (token ids) into a fresh KV cache."""
+    """Run a left-padded batch of prompts (token ids) into a fresh KV cache.
+
+    When the prompts share a prefix of at least :data:`MIN_SHARED_PREFIX` tokens it is run
+    once (:func:`_prefill_shared`); the batch is the same either way (to float rounding).
+    """
     from transformers import DynamicCache
 
     if not prompts or any(not p for p in prompts):
         raise BackendError("a prompt tokenized to nothing; prompts must be non-empty")
+    if not hidden_states and len(prompts) > 1 and shares_prefixes(loaded):
+        shared = shared_prefix_length(prompts)
+        if shared >= MIN_SHARED_PREFIX:
+            return _prefill_shared(loaded, prompts, shared)
     width = max(len(p) for p in prompts)
     pads = [width - len(p) for p in prompts]
     ids = torch.tensor([[loaded.pad_token_id] * pad + list(p)
@@ -57,6 +83,51 @@ def prefill(loaded: LoadedModel, prompts: Sequence[Sequence[int]], *,
     out = _forward(loaded, ids, mask, positions, cache, hidden_states, logits_to_keep=1)
     return DecodingBatch(cache, pads, width, mask, positions[:, -1:] + 1, out.logits[:, -1],
                          out.hidden_states if hidden_states else None)
+
+
+def shares_prefixes(loaded: LoadedModel) -> bool:
+    """True when a prefix's keys and values may be computed once and copied into every row:
+    a model of full-attention layers only, whose cache layers this code knows (the same
+    condition as the static decode loop's)."""
+    return static_decode_unsupported(loaded.model) is None
+
+
+def _prefill_shared(loaded: LoadedModel, prompts: Sequence[Sequence[int]],
+                    shared: int) -> DecodingBatch:
+    """:func:`prefill` of prompts whose first ``shared`` tokens are equal: the prefix runs
+    once, its keys and values are repeated for every row, each row's own tokens run after it
+    (left-padded among themselves), and each row's padding is then moved in front of its
+    prefix, so the batch is laid out exactly as a plain left-padded prefill's."""
+    from transformers import DynamicCache
+
+    device, rows = loaded.device, len(prompts)
+    cache = DynamicCache()
+    prefix = torch.tensor([list(prompts[0][:shared])], device=device)
+    _forward(loaded, prefix, torch.ones_like(prefix), torch.arange(shared, device=device)[None],
+             cache, False, logits_to_keep=1)
+    cache.batch_repeat_interleave(rows)
+    tails = [list(p[shared:]) for p in prompts]
+    tail_width = max(len(t) for t in tails)
+    pads = [tail_width - len(t) for t in tails]
+    padded = list(zip(pads, tails, strict=True))
+    ids = torch.tensor([[loaded.pad_token_id] * pad + t for pad, t in padded], device=device)
+    tail_mask = torch.tensor([[0] * pad + [1] * len(t) for pad, t in padded], device=device)
+    positions = shared + (tail_mask.cumsum(-1) - 1).clamp(min=0)
+    out = _forward(loaded, ids, torch.cat([torch.ones((rows, shared), dtype=tail_mask.dtype,
+                                                      device=device), tail_mask], dim=1),
+                   positions, cache, False, logits_to_keep=1)
+    # Row r's columns are [prefix | its pads | its tokens]; [pads | prefix | tokens] is the
+    # plain layout (the keys carry their positions already, so columns may move freely).
+    width = shared + tail_width
+    order = torch.tensor([[*range(shared, shared + pad), *range(shared),
+                           *range(shared + pad, width)] for pad in pads], device=device)
+    layer: Any  # full-attention layers only (shares_prefixes): keys and values are tensors
+    for layer in cache.layers:
+        index = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1])
+        layer.keys = layer.keys.gather(2, index)
+        layer.values = layer.values.gather(2, index)
+    mask = torch.tensor([[0] * pad + [1] * (width - pad) for pad in pads], device=device)
+    return DecodingBatch(cache, pads, width, mask, positions[:, -1:] + 1, out.logits[:, -1])
 
 
 @dataclass
