@@ -76,19 +76,32 @@ def view_texts(question: str, context: str) -> ViewPrompts:
 # Ours, not the paper's: the scorer model states the short answer a chat text gives, so that the
 # paper's margins can score short forms (``TrustMarginConfig.scoring_form="extract"``). The
 # answer is asked for "copied from the response" because an extraction that does not occur in
-# its text is not what the text says, and is refused (arbiter.comparisons).
+# its text is not what the text says, and is refused (arbiter.comparisons). The instruction
+# comes first so that every extraction prompt of a batch shares it as a prefix, run once
+# (backends.hf.decoding.prefill; a server's prefix cache does the same).
 EXTRACT_TEMPLATE = (
+    "What is the short answer (a short phrase or a single word, copied from the Response) "
+    "that the Response below gives to the Question?\n"
+    "\n"
     "Question:\n"
     "{question}\n"
     "\n"
     "Response:\n"
     "{response}\n"
     "\n"
-    "What is the short answer (a short phrase or a single word, copied from the Response) "
-    "that the Response gives to the Question?\n"
-    "\n"
     "Short answer:"
 )
+
+
+# Part of a cached result's key under scoring_form="extract" (form_prompts): a run directory
+# made with an earlier extraction prompt is re-read, never reused. v1 asked after the Response.
+EXTRACT_PROMPT_VERSION = "extract-instruction-first-v2"
+
+
+def form_prompts(form: str) -> dict[str, str]:
+    """What a scoring form's results depend on besides its name, for cache keys: the
+    extraction prompt's version under ``"extract"``; nothing for the other forms."""
+    return {"extract_prompt": EXTRACT_PROMPT_VERSION} if form == "extract" else {}
 
 
 def extract_prompt(question: str, response: str) -> str:

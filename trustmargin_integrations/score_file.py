@@ -20,7 +20,7 @@ from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.files import atomic_output, same_file
 from trustmargin_integrations.output_guard import guard_output
-from trustmargin_integrations.prompts import PROMPT_VERSION
+from trustmargin_integrations.prompts import PROMPT_VERSION, form_prompts
 from trustmargin_integrations.resumable import run_chunks
 from trustmargin_integrations.schema import Decision
 from trustmargin_integrations.store import ResultStore, cache_key
@@ -157,7 +157,8 @@ def key_settings(
 ) -> dict[str, Any]:
     """Everything besides the record that changes a decision (the key's ``settings``)."""
     rule = config.model_dump(exclude={"batch_size"})
-    return {"model": model, "config": rule, **{k: v for k, v in backend.items() if v}}
+    return {"model": model, "config": rule, **form_prompts(config.scoring_form),
+            **{k: v for k, v in backend.items() if v}}
 
 
 def server_identity(specs: Sequence[Any]) -> dict[str, str]:

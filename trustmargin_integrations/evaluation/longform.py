@@ -29,7 +29,7 @@ from trustmargin_integrations.evaluation.bootstrap import (
 )
 from trustmargin_integrations.evaluation.datasets import EvalExample
 from trustmargin_integrations.evaluation.metrics import contains_gold, token_f1
-from trustmargin_integrations.prompts import join_passages
+from trustmargin_integrations.prompts import form_prompts, join_passages
 from trustmargin_integrations.rule.replay import kept_rag
 from trustmargin_integrations.schema import Decision
 from trustmargin_integrations.store import ResultStore, cache_key
@@ -124,7 +124,7 @@ def run_longform(tm: TrustMargin, examples: Sequence[EvalExample], store_path: s
     for form in forms:
         arbiter = TrustMargin(tm.backend, tm.config.model_copy(update={"scoring_form": form}))
         settings = {**generated, "lambda_bind": tm.config.lambda_bind, "tau": tm.config.tau,
-                    "scoring_form": form, "batch_size": batch_size}
+                    "scoring_form": form, "batch_size": batch_size, **form_prompts(form)}
         todo = [e for e in examples if _key(tm, e, settings) not in store]
         with tqdm(total=len(todo), desc=f"arbitrating ({form})", unit="q",
                   disable=not progress) as bar:

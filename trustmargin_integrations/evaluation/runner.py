@@ -24,7 +24,7 @@ from trustmargin_integrations.evaluation.records import (
     read_eval_record,
     read_noise_record,
 )
-from trustmargin_integrations.prompts import PROMPT_VERSION
+from trustmargin_integrations.prompts import PROMPT_VERSION, form_prompts
 from trustmargin_integrations.resumable import ChunkCallback, run_chunks
 from trustmargin_integrations.retrieval.base import Retriever, retrieve_batch
 from trustmargin_integrations.schema import Decision, Passage
@@ -270,7 +270,8 @@ def run_eval(
         raise InvalidInputError("top_k", f"must be >= 1, got {top_k}", "use --top-k 1 or more")
     settings = settings_for(tm, top_k=top_k, dtype=dtype, retrieval=source.name)
     # A chain's texts are compared under the scoring form, which is part of their result.
-    chain_settings = {**settings.as_dict(), "scoring_form": tm.config.scoring_form}
+    chain_settings = {**settings.as_dict(), "scoring_form": tm.config.scoring_form,
+                      **form_prompts(tm.config.scoring_form)}
     fetched = source.fetch(examples, top_k)
     keyed = []
     for ex, (passages, seconds) in zip(examples, fetched, strict=True):
