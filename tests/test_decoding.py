@@ -175,12 +175,15 @@ def test_cut_at_stop_ends_finished_text_where_the_predicate_first_holds() -> Non
     assert recorder.seen == ["Paris\n", "Paris\nQuestion: and Rome?\n"]
 
 
+# An instruction of well over MIN_SHARED_PREFIX tokens before each question: the prompts then
+# differ, at different lengths, so the rows' own tokens are padded.
+SHARED_HEAD = ("Read the question below and answer it with a short phrase or a single word, "
+               "copied from what you know.\n\nQuestion:\n")
+
+
 def _long_prefix_prompts(backend: HFBackend) -> list[list[int]]:
-    """Prompts that share an instruction of well over MIN_SHARED_PREFIX tokens, then differ
-    (different lengths, so the rows' own tokens are padded)."""
-    head = ("Read the question below and answer it with a short phrase or a single word, "
-            "copied from what you know.\n\nQuestion:\n")
-    return [backend.encode_prompt(backend.render_prompt(head + q)) for q in QUESTIONS]
+    """The questions after :data:`SHARED_HEAD`, rendered and tokenized."""
+    return [backend.encode_prompt(backend.render_prompt(SHARED_HEAD + q)) for q in QUESTIONS]
 
 
 def test_a_shared_prefix_is_run_once_and_gives_the_plain_prefill(backend: HFBackend) -> None:
@@ -224,9 +227,7 @@ def test_generation_and_scoring_after_a_shared_prefix_match_the_plain_paths(
     for prompt, tokens in zip(batch, output.tokens, strict=True):
         assert tokens == transformers_greedy(backend, prompt, 16)[:len(tokens)]
     # Scoring branches off the generation's cache, laid out as a plain prefill's.
-    head = ("Read the question below and answer it with a short phrase or a single word, "
-            "copied from what you know.\n\nQuestion:\n")
-    texts = [backend.render_prompt(head + q) for q in QUESTIONS]
+    texts = [backend.render_prompt(SHARED_HEAD + q) for q in QUESTIONS]
     requests = [ContinuationRequest(t, a) for t in texts for a in ("Paris", "Leo Tolstoy")]
     with backend.session() as session:
         session.generate(texts, 4)

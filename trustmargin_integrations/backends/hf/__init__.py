@@ -19,10 +19,14 @@ require_local_engine()
 
 from trustmargin_integrations.backends.hf.backend import HFBackend, pick_device, pick_dtype
 from trustmargin_integrations.backends.hf.batch import DecodingBatch
-from trustmargin_integrations.backends.hf.decoding import GreedyOutput, TokenDecoding
+from trustmargin_integrations.backends.hf.decoding import (
+    GreedyOutput,
+    TokenDecoding,
+    common_prefix_length,
+)
 from trustmargin_integrations.backends.hf.loaded import LoadedModel
 from trustmargin_integrations.backends.hf.session import HFSession
-from trustmargin_integrations.backends.hf.tree import CachedPrompts, Stem, common_prefix_length
+from trustmargin_integrations.backends.hf.tree import CachedPrompts, Stem
 
 __all__ = [
     "CachedPrompts",

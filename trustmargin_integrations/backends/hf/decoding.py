@@ -44,15 +44,20 @@ def _forward(loaded: LoadedModel, ids: torch.Tensor, mask: torch.Tensor,
 MIN_SHARED_PREFIX = 16
 
 
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """Number of leading tokens two sequences share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def shared_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
     """How many leading tokens every prompt shares, leaving each at least one of its own (the
     last prompt token's logits are each row's first prediction)."""
-    first = prompts[0]
-    limit = min(len(p) for p in prompts) - 1
-    length = 0
-    while length < limit and all(p[length] == first[length] for p in prompts):
-        length += 1
-    return length
+    return min(min(common_prefix_length(prompts[0], p), len(p) - 1) for p in prompts)
 
 
 @torch.inference_mode()
@@ -67,10 +72,9 @@ def prefill(loaded: LoadedModel, prompts: Sequence[Sequence[int]], *,
 
     if not prompts or any(not p for p in prompts):
         raise BackendError("a prompt tokenized to nothing; prompts must be non-empty")
-    if not hidden_states and len(prompts) > 1 and shares_prefixes(loaded):
-        shared = shared_prefix_length(prompts)
-        if shared >= MIN_SHARED_PREFIX:
-            return _prefill_shared(loaded, prompts, shared)
+    shared = shared_prefix_length(prompts) if not hidden_states else 0
+    if shared >= MIN_SHARED_PREFIX and len(prompts) > 1 and shares_prefixes(loaded):
+        return _prefill_shared(loaded, prompts, shared)
     width = max(len(p) for p in prompts)
     pads = [width - len(p) for p in prompts]
     ids = torch.tensor([[loaded.pad_token_id] * pad + list(p)

@@ -15,7 +15,7 @@ import torch
 
 from trustmargin_integrations.backends.base import ContinuationRequest, ContinuationScore
 from trustmargin_integrations.backends.hf.batch import DecodingBatch
-from trustmargin_integrations.backends.hf.decoding import prefill
+from trustmargin_integrations.backends.hf.decoding import common_prefix_length, prefill
 from trustmargin_integrations.backends.hf.loaded import LoadedModel
 from trustmargin_integrations.backends.hf.masks import model_mask
 
@@ -55,16 +55,6 @@ class CachedPrompts:
     batch: DecodingBatch
     prompts: list[list[int]]
     consumed: bool = False
-
-
-def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
-    """Number of leading tokens two sequences share."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 # -- planning ---------------------------------------------------------------------------------
