@@ -228,7 +228,7 @@ def test_langsmith_records_with_answers_are_checked_on_them(one_model: TrustMarg
     assert result.exit_code == 0, result.output
     assert "answers: your chain's own (direct_answer, rag_answer)" in result.output
     policy = PolicyFile.load(tmp_path / "export.jsonl.check" / "policy.json")
-    assert policy.scoring_form == "differential"
+    assert policy.scoring_form == "auto"
 
 
 # -- refusals before anything runs -----------------------------------------------------------
@@ -287,7 +287,7 @@ def test_check_chain_cli_on_a_langchain_rag_chain(one_model: TrustMargin, tmp_pa
     _check_records(_records(run_dir), labeled)
     assert len(module.CALLS) == 2 * len(labeled)  # each question once per side
     policy = PolicyFile.load(run_dir / "policy.json")
-    assert policy.scoring_form == "differential" and policy.evidence is not None
+    assert policy.scoring_form == "auto" and policy.evidence is not None
     # Run again: every answer and score comes from the run directory.
     again = run_main(*args)
     assert again.exit_code == 0 and "0 computed, 4 from cache" in again.output, again.output
@@ -314,7 +314,7 @@ def test_check_chain_resumes_without_running_finished_questions_again(
     # Only the two questions not answered before ran, each once per side.
     assert len(module.CALLS) == 2 * 2
     assert outcome.policy == tmp_path / "labeled.jsonl.check" / "policy.json"
-    assert outcome.calibration.scoring_form == "differential"
+    assert outcome.calibration.scoring_form == "auto"
     assert outcome.result.n == len(labeled)
     _check_records(_records(outcome.run_dir), labeled)
 
@@ -331,7 +331,7 @@ def test_check_chain_on_a_llama_index_query_engine(one_model: TrustMargin, tmp_p
     cli_records = _records(tmp_path / "labeled.jsonl.check")
     _check_records(cli_records, labeled)
     assert PolicyFile.load(tmp_path / "labeled.jsonl.check" / "policy.json").scoring_form \
-        == "differential"
+        == "auto"
     # The same from Python, on the engine object, into another run directory: the same
     # records (greedy decoding), the policy where it was asked for.
     outcome = check_chain(module.make_engine(), tmp_path / "labeled.jsonl", tm=one_model,

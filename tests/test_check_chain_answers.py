@@ -99,13 +99,13 @@ def test_check_runs_on_a_chains_answers_and_says_how_they_were_compared(
     result = run_main(*args)
     assert result.exit_code == 0, result.output
     assert "your chain's own (direct_answer, rag_answer), compared under scoring form " \
-           "'differential' and graded whole" in " ".join(result.output.split())
+           "'auto' and graded whole" in " ".join(result.output.split())
     run_dir = tmp_path / "chain.jsonl.check"
     policy = PolicyFile.load(run_dir / "policy.json")
-    assert policy.scoring_form == "differential"
+    assert policy.scoring_form == "auto"  # the default form, recorded by name
     # Loading the policy compares a chain's texts the way the check did.
     calibrated = TrustMargin.calibrated(tm.backend, run_dir / "policy.json")
-    assert calibrated.config.scoring_form == "differential"
+    assert calibrated.config.scoring_form == "auto"
 
     loaded = LoadedRun.read(run_dir)
     scored = loaded.scored["chain"]
@@ -115,7 +115,8 @@ def test_check_runs_on_a_chains_answers_and_says_how_they_were_compared(
         record = by_id[str(s.decision.id).split(":", 1)[1]]
         d = s.decision
         # Same lead-in and closing on both sides: the differing answers were compared, never
-        # the shared framing, and the two texts are never reported as agreeing.
+        # the shared framing, and the two texts are never reported as agreeing. Short framed
+        # answers that do not restate the question are compared by difference under auto.
         assert d.scoring_form == "differential" and d.source != "agree"
         assert d.rag_answer in record["rag_answer"] and "Hello" not in d.rag_answer
         # Graded whole: the text the chain returns, not the compared words.

@@ -50,7 +50,9 @@ def test_extract_results_are_keyed_by_the_extraction_prompt() -> None:
 
     extract = key_settings("m", TrustMarginConfig(scoring_form="extract"))
     assert extract["extract_prompt"] == EXTRACT_PROMPT_VERSION
-    assert "extract_prompt" not in key_settings("m", TrustMarginConfig())
+    assert key_settings("m", TrustMarginConfig())["extract_prompt"] == EXTRACT_PROMPT_VERSION
+    assert "extract_prompt" not in key_settings("m", TrustMarginConfig(
+        scoring_form="differential"))
     assert form_prompts("differential") == form_prompts("paper") == {}
 
 

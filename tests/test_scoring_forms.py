@@ -4,12 +4,15 @@ given back). Real embedded model; the spy only records the calls the real backen
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tests.spy_support import CallSpy
-from trustmargin_integrations import TrustMargin, TrustMarginConfig
+from trustmargin_integrations import Decision, TrustMargin, TrustMarginConfig
 from trustmargin_integrations.arbiter.candidates import Candidate
-from trustmargin_integrations.arbiter.comparisons import by_extraction
+from trustmargin_integrations.arbiter.comparisons import EXTRACTING_MIN_PARAMETERS, by_extraction
+from trustmargin_integrations.backends.base import Capabilities
 from trustmargin_integrations.backends.hf import HFBackend
 from trustmargin_integrations.prompts import EXTRACT_TEMPLATE
 from trustmargin_integrations.reading import stated_in
@@ -68,6 +71,72 @@ def test_only_texts_that_can_change_a_decision_are_extracted(backend: HFBackend)
     assert sum(DIRECT in p for p in prompts) == 1 and sum(RAG in p for p in prompts) == 1
 
 
+
+class _SizedAs(CallSpy):
+    """The embedded model declaring another size: the one thing ``auto`` reads of a scorer to
+    decide whether to ask it for extractions (every call still runs on the real model)."""
+
+    def __init__(self, backend: HFBackend, parameters: int) -> None:
+        super().__init__(backend)
+        self._parameters = parameters
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return replace(self._backend.capabilities, parameters=self._parameters)
+
+
+RESTATING = ("The Kessel bridge of Velmora stands in the Oststadt district.",
+             "The Kessel bridge of Velmora stands in the Weststadt district.")
+MIXED = ("I believe it is Oststadt, but I am not completely sure.",
+         "According to the context, it is Weststadt [1].")
+FRAMED = ("Hello! It is in Oststadt.", "Hello! It is in Weststadt.")
+
+
+def _three_pairs(tm: TrustMargin) -> list[Decision]:
+    return tm.arbitrate_batch([
+        {"question": QUESTION, "passages": PASSAGES, "direct_answer": d, "rag_answer": r}
+        for d, r in (RESTATING, MIXED, FRAMED)])
+
+
+def test_auto_extracts_where_the_difference_is_no_plain_reading(backend: HFBackend) -> None:
+    # The default with a scorer that states short answers (sized as Qwen2.5-Coder-1.5B):
+    # texts built around the question, and texts whose difference offers several candidates
+    # for the answer (two framings), are compared by their extractions; a pair that differs
+    # in its answer alone is compared by difference, and no generation is paid for it.
+    spy = _SizedAs(backend, 1_543_714_304)
+    tm = TrustMargin(spy, TrustMarginConfig())  # type: ignore[arg-type]
+    assert tm.config.scoring_form == "auto"
+    restating, mixed, framed = _three_pairs(tm)
+    [prompts] = spy.generated
+    assert len(prompts) == 4 and all(QUESTION in p for p in prompts)
+    asked = sorted(t for p in prompts for t in (*RESTATING, *MIXED) if t in p)
+    assert asked == sorted((*RESTATING, *MIXED))
+    for d, texts in ((restating, RESTATING), (mixed, MIXED)):
+        assert d.source != "agree" and d.m is not None
+        if d.scoring_form == "extract":
+            assert stated_in(d.direct_answer, texts[0]) and stated_in(d.rag_answer, texts[1])
+        else:
+            assert any("compared by difference" in w for w in d.warnings)
+    assert framed.scoring_form == "differential" and framed.source != "agree"
+    assert (framed.direct_answer, framed.rag_answer) == ("Oststadt", "Weststadt")
+    assert not framed.warnings
+
+
+def test_auto_asks_a_small_scorer_for_no_extraction(backend: HFBackend) -> None:
+    # The embedded model as it is (135M parameters): its extractions were measured unusable,
+    # so the default compares every pair by difference, with no generation and no warning,
+    # exactly as scoring_form="differential" does.
+    assert backend.capabilities.parameters == backend.parameters < EXTRACTING_MIN_PARAMETERS
+    spy = CallSpy(backend)
+    auto = _three_pairs(TrustMargin(spy, TrustMarginConfig()))  # type: ignore[arg-type]
+    assert spy.generated == []
+    plain = _three_pairs(TrustMargin(backend, TrustMarginConfig(scoring_form="differential")))
+    for a, d in zip(auto, plain, strict=True):
+        assert a.scoring_form == d.scoring_form == "differential" and not a.warnings
+        assert (a.direct_answer, a.rag_answer, a.source) == (d.direct_answer, d.rag_answer,
+                                                             d.source)
+        assert a.m == pytest.approx(d.m, abs=1e-4)
+
 LIRA = "What Mediterranean country uses the Turkish lira as its currency?"
 LIRA_TEXTS = ("Turkey uses the Turkish lira as its currency.",
               "Cyprus uses the Turkish lira as its currency.")
@@ -105,6 +174,24 @@ def test_equal_extractions_that_repeat_the_question_are_not_agreement() -> None:
     compared = by_extraction(brazil, *_given(brazil, ("**Brazil.**", "brazil"), ("", "")))
     assert compared.agree
 
+
+
+def test_an_extraction_that_restates_the_question_is_no_short_answer() -> None:
+    # The embedded model's "extraction" of a chat text (measured): stated in its text, but the
+    # question's sentence again, not a short answer. The pair is compared by difference.
+    question = "Who designed the Velmora Bridge?"
+    texts = ("Bien sûr ! The Velmora Bridge was designed by Gustave Eiffel.",
+             "Bien sûr ! The Velmora Bridge was designed by Tomas Rilke.")
+    compared = by_extraction(question, *_given(
+        question, texts, ("Bien sûr ! The Velmora Bridge was designed by Gustave",
+                          "Tomas Rilke")))
+    assert compared.form == "differential" and not compared.agree
+    assert compared.note == "extraction restates the question; compared by difference"
+    assert (compared.direct_text, compared.rag_text) == ("Gustave Eiffel", "Tomas Rilke")
+    # Short answers stated in their texts are scored as extracted.
+    compared = by_extraction(question, *_given(question, texts, ("Gustave Eiffel",
+                                                                 "Tomas Rilke")))
+    assert compared.form == "extract" and compared.note is None
 
 def test_extract_never_settles_the_lira_pair_as_agreement(tm: TrustMargin) -> None:
     extract = TrustMargin(tm.backend, TrustMarginConfig(scoring_form="extract"))

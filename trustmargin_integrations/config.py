@@ -13,8 +13,8 @@ from trustmargin_integrations.errors import invalid_input, typed_error
 from trustmargin_integrations.rule import PAPER_LAMBDA_BIND, PAPER_TAU, Policy, PolicyName
 from trustmargin_integrations.vocabulary import RULE_VALUE_FIX, LambdaBind, Tau
 
-__all__ = ["CHAT_MAX_NEW_TOKENS", "CHAT_MAX_NEW_TOKENS_LIMIT", "ScoringForm",
-           "TrustMarginConfig"]
+__all__ = ["CHAT_MAX_NEW_TOKENS", "CHAT_MAX_NEW_TOKENS_LIMIT", "DEFAULT_SCORING_FORM",
+           "ScoringForm", "TrustMarginConfig"]
 
 CHAT_MAX_NEW_TOKENS: int = 256
 """New tokens per answer of the LLM wrappers (LangChain ``LocalLLM`` / ``LocalChatModel``,
@@ -24,12 +24,15 @@ paragraphs. The arbiter's own candidates are the paper's short answers instead
 CHAT_MAX_NEW_TOKENS_LIMIT: int = 8192
 """The most new tokens a wrapper may be asked for (the embedded model's whole window)."""
 
-ScoringForm = Literal["differential", "extract", "paper"]
+ScoringForm = Literal["auto", "differential", "extract", "paper"]
 """How a candidate a user's chain produced is to be compared: the setting
 (``TrustMarginConfig.scoring_form``). What one decision did compare is recorded as a
 :data:`~trustmargin_integrations.schema.CompareForm`, which has more values (a generated
 candidate is always compared whole, ``"paper"`` or ``"whole"``)."""
 
+
+DEFAULT_SCORING_FORM: ScoringForm = "auto"
+"""The scoring form of given texts unless one is named (``TrustMarginConfig.scoring_form``)."""
 
 class TrustMarginConfig(BaseModel):
     """Hyper-parameters and limits of TrustMargin.
@@ -68,16 +71,22 @@ class TrustMarginConfig(BaseModel):
                           "and compare given texts by scoring_form; False scores every text "
                           "whole as given (agreeing only when the texts read alike).")
     scoring_form: ScoringForm = Field(
-        "differential", description="How a candidate a user's chain produced (chat text) is "
+        DEFAULT_SCORING_FORM, description="How a candidate a user's chain produced (chat text) is "
         "compared with the other side. Every form agrees only when the two texts read alike "
         "(trustmargin_integrations.reading: every sign, symbol and digit kept). "
-        "'differential' (the default): the texts are aligned token by token, every place "
-        "where both say something different is scored after the text before it, and the one "
-        "whose likelihood depends most on the question is kept. 'extract': the model states "
-        "the short answer each text gives, checked to occur in it, and the paper's margins "
-        "score those (else compared by difference). 'paper': the texts are the product's own "
-        "short answers given back, cut and scored whole the paper's way. Generated candidates "
-        "are always scored the paper's way. See trustmargin_integrations.comparison.")
+        "'differential': the texts are aligned token by token, every place where both say "
+        "something different is scored after the text before it, and the one whose "
+        "likelihood depends most on the question is kept. 'extract': the model states the "
+        "short answer each text gives, checked to occur in it, and the paper's margins score "
+        "those (else compared by difference). 'auto' (the default): with a scorer of 1B "
+        "parameters or more, 'extract' for a pair whose texts both restate the question (long "
+        "chat answers, where an alignment of words pairs the wrong stretches) or differ in "
+        "several candidate stretches (two framings), 'differential' otherwise (a pair that "
+        "differs in its answer alone; no generation is paid); with a smaller scorer, whose "
+        "extractions were measured unusable, 'differential' always. 'paper': the "
+        "texts are the product's own short answers given back, cut and scored whole the "
+        "paper's way. Generated candidates are always scored the paper's way. See "
+        "trustmargin_integrations.comparison.")
     return_text: Literal["given", "scored"] = Field(
         "given", description="What Decision.answer holds for a given candidate: the text as "
                              "the caller's chain produced it ('given', the default: the user's "

@@ -100,8 +100,9 @@ EXTRACT_PROMPT_VERSION = "extract-instruction-first-v2"
 
 def form_prompts(form: str) -> dict[str, str]:
     """What a scoring form's results depend on besides its name, for cache keys: the
-    extraction prompt's version under ``"extract"``; nothing for the other forms."""
-    return {"extract_prompt": EXTRACT_PROMPT_VERSION} if form == "extract" else {}
+    extraction prompt's version under the forms that may extract (``"extract"``, ``"auto"``);
+    nothing for the other forms."""
+    return {"extract_prompt": EXTRACT_PROMPT_VERSION} if form in ("extract", "auto") else {}
 
 
 def extract_prompt(question: str, response: str) -> str:

@@ -9,6 +9,7 @@ import pytest
 from trustmargin_integrations.arbiter import TrustMargin
 from trustmargin_integrations.arbiter.comparisons import answer_bearing
 from trustmargin_integrations.comparison import differential, scored_text
+from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.reading import same_reading
 from trustmargin_integrations.testing import ScriptedBackend, ScriptedPrompt
 
@@ -86,8 +87,11 @@ def _raised_by_the_question(read: ScriptedPrompt, continuation: str) -> float:
 def test_the_answer_bearing_parts_are_the_ones_the_question_raises(direct: str,
                                                                    rag: str) -> None:
     backend = ScriptedBackend(answers={}, logprobs=_raised_by_the_question)
-    decision = TrustMargin(backend).arbitrate(QUESTION, [PASSAGE], direct_answer=direct,
-                                              rag_answer=rag)
+    # The difference form's own choice (the default asks a scorer of unknown size, as this
+    # scripted one is, for extractions of differently framed pairs instead).
+    difference_form = TrustMarginConfig(scoring_form="differential")
+    decision = TrustMargin(backend, difference_form).arbitrate(
+        QUESTION, [PASSAGE], direct_answer=direct, rag_answer=rag)
     assert (decision.direct_answer, decision.rag_answer) == ("Anna Berg", "Tomas Rilke")
     # The user's text comes back whole, whichever side is kept.
     assert decision.answer in {direct, rag}

@@ -16,8 +16,13 @@ from dataclasses import dataclass, replace
 from trustmargin_integrations.answers import answer_complete, answers_agree, clean_answer
 from trustmargin_integrations.arbiter.candidates import Candidate, cut_to_short_answer
 from trustmargin_integrations.arbiter.preparation import PreparedQuestion
-from trustmargin_integrations.backends.base import ContinuationRequest, ModelSession
-from trustmargin_integrations.comparison import Span, differential, scored_text
+from trustmargin_integrations.backends.base import Capabilities, ContinuationRequest, ModelSession
+from trustmargin_integrations.comparison import (
+    Span,
+    differential,
+    restates_question,
+    scored_text,
+)
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.prompts import extract_prompt, question_free_prompt
 from trustmargin_integrations.reading import plain, same_reading, stated_in
@@ -25,6 +30,15 @@ from trustmargin_integrations.schema import CompareForm
 
 # A stated short answer is a phrase: a few tokens, never the whole text again.
 EXTRACT_MAX_NEW_TOKENS = 16
+
+EXTRACTING_MIN_PARAMETERS = 1_000_000_000
+"""The smallest scorer ``scoring_form="auto"`` asks for extractions (a scorer of unknown size,
+a server's, is asked). Measured on Qwen2.5-Coder-1.5B's long answers: Qwen's own extractions
+were usable (stated in their texts, not the question again) for 193 of the 260 differing pairs
+and gained 3 points of gold contained over the differential form; the embedded SmolLM2-135M's
+for 12 of 130 (3 of the 84 restating pairs ``auto`` asked about), changing no kept text on 150
+pairs at +19-41% arbitration time (docs/decisions.md, "Extraction where both answers restate
+the question")."""
 
 
 @dataclass(frozen=True)
@@ -194,12 +208,13 @@ def _bare(scored: Scored) -> str:
 
 def compare_chunk(session: ModelSession, render: Callable[[str], str],
                   config: TrustMarginConfig, chunk: list[PreparedQuestion],
-                  direct: list[Candidate], options: list[list[Candidate]]
-                  ) -> list[list[Compared]]:
+                  direct: list[Candidate], options: list[list[Candidate]],
+                  scorer_extracts: bool = True) -> list[list[Compared]]:
     """Every pair's compared form, per question and RAG candidate (one generation call for
-    the whole chunk's extractions under ``scoring_form="extract"``; ``render`` is the
-    backend's chat template)."""
-    stated = _extractions(session, render, config, chunk, direct, options)
+    the whole chunk's extractions; ``render`` is the backend's chat template;
+    ``scorer_extracts``: :func:`states_short_answers` of the scorer, read by
+    ``scoring_form="auto"``)."""
+    stated = _extractions(session, render, config, chunk, direct, options, scorer_extracts)
     out: list[list[Compared]] = []
     for i, (d, opts) in enumerate(zip(direct, options, strict=True)):
         row = []
@@ -213,7 +228,7 @@ def compare_chunk(session: ModelSession, render: Callable[[str], str],
                 agree = (answers_agree(d.answer, o.answer) if config.scoring_form == "paper"
                          else same_reading(d.answer, o.answer))
                 row.append(whole("paper", d.answer, o.answer, agree=agree))
-            elif extracted(config, chunk[i], d, o):
+            elif extracted(config, chunk[i], d, o, scorer_extracts):
                 row.append(by_extraction(chunk[i].input.question, d, o, stated))
             else:
                 row.append(by_difference(chunk[i].input.question, d.answer, o.answer))
@@ -221,19 +236,42 @@ def compare_chunk(session: ModelSession, render: Callable[[str], str],
     return choose_answer_bearing(session, render, chunk, out)
 
 
+def states_short_answers(scorer: Capabilities) -> bool:
+    """True when ``scoring_form="auto"`` asks this scorer for extractions: a model of
+    :data:`EXTRACTING_MIN_PARAMETERS` or more, or of unknown size."""
+    return scorer.parameters is None or scorer.parameters >= EXTRACTING_MIN_PARAMETERS
+
+
 def extracted(config: TrustMarginConfig, prepared: PreparedQuestion, d: Candidate,
-              o: Candidate) -> bool:
+              o: Candidate, scorer_extracts: bool = True) -> bool:
     """True when the pair (Direct ``d``, RAG candidate ``o``) is compared by its texts'
-    stated short answers (:func:`by_extraction`): under ``scoring_form="extract"``, for a
-    pair with a given text that is not cut to its short answer by the paper's policy."""
-    return (config.scoring_form == "extract" and config.clean_answers
-            and not (d.generated and o.generated) and not cut_to_short_answer(config, prepared))
+    stated short answers (:func:`by_extraction`): for a pair with a given text that is not cut
+    to its short answer by the paper's policy, under ``scoring_form="extract"``, and under
+    ``"auto"`` when the scorer states short answers (``scorer_extracts``,
+    :func:`states_short_answers`) and the difference is no plain reading of the answers:
+    both texts restate the question
+    (:func:`~trustmargin_integrations.comparison.restates_question`: an alignment of two
+    sentences built around the question pairs the wrong words), or the difference offers
+    several candidates for the answer (two framings, an answer said twice) that the question
+    would have to choose among. Any other pair of given texts is compared by difference, and
+    pays for no generation."""
+    if not config.clean_answers or (d.generated and o.generated) \
+            or cut_to_short_answer(config, prepared):
+        return False
+    if config.scoring_form == "auto":
+        if not scorer_extracts:
+            return False
+        question = prepared.input.question
+        return (all(restates_question(question, c.answer) for c in (d, o))
+                or len(differential(d.answer, o.answer, question).stretches) > 1)
+    return config.scoring_form == "extract"
 
 
 def _extractions(session: ModelSession, render: Callable[[str], str],
                  config: TrustMarginConfig,
                  chunk: list[PreparedQuestion], direct: list[Candidate],
-                 options: list[list[Candidate]]) -> dict[tuple[str, str], str]:
+                 options: list[list[Candidate]], scorer_extracts: bool
+                 ) -> dict[tuple[str, str], str]:
     """The short answer the model reads in each given text, keyed by (question, text): only
     the texts of pairs :func:`by_extraction` compares by their extractions (a pair that reads
     alike agrees without them, and a generated candidate is a short answer already)."""
@@ -242,7 +280,8 @@ def _extractions(session: ModelSession, render: Callable[[str], str],
         question = p.input.question
         for o in opts:
             # A pair that reads alike agrees without its extractions (by_extraction).
-            if not extracted(config, p, d, o) or same_reading(d.answer, o.answer):
+            if not extracted(config, p, d, o, scorer_extracts) \
+                    or same_reading(d.answer, o.answer):
                 continue
             for c in (d, o):
                 if not c.generated and c.answer.strip():
@@ -259,9 +298,10 @@ def by_extraction(question: str, d: Candidate, o: Candidate,
                   stated: dict[tuple[str, str], str]) -> Compared:
     """The paper's scoring of both texts' stated short answers (``stated``: keyed by
     (question, text)). Texts agree only when they read alike; a text whose extraction does not
-    occur in its reading (the model did not read it, it invented, it dropped a sign) is
-    compared by difference, and so is a pair whose extractions are equal while the texts
-    differ: equal extractions of different texts are the extractor's loss, not agreement."""
+    occur in its reading (the model did not read it, it invented, it dropped a sign) or is no
+    short answer (it restates the question) is compared by difference, and so is a pair whose
+    extractions are equal while the texts differ: equal extractions of different texts are
+    the extractor's loss, not agreement."""
     if same_reading(d.answer, o.answer):
         return whole("extract", d.answer, o.answer, agree=True)
     short = [c.answer if c.generated else stated.get((question, c.answer), "")
@@ -269,6 +309,14 @@ def by_extraction(question: str, d: Candidate, o: Candidate,
     if not all(stated_in(s, c.answer) for s, c in zip(short, (d, o), strict=True)):
         return replace(by_difference(question, d.answer, o.answer),
                        note="extraction not stated in its text; compared by difference")
+    # A short answer is not the question's sentence again: measured, the embedded model
+    # "extracted" "Bien sûr ! The Velmora Bridge was designed by Gustave" from its text, and
+    # Qwen2.5-Coder-1.5B once the question's own words cut off before the answer (1 of its 194
+    # pairs compared by extraction on the long-form benchmark).
+    if any(not c.generated and restates_question(question, s)
+           for s, c in zip(short, (d, o), strict=True)):
+        return replace(by_difference(question, d.answer, o.answer),
+                       note="extraction restates the question; compared by difference")
     if same_reading(short[0], short[1]):
         # Measured on Qwen2.5-1.5B's CWQ chat answers: "Turkey uses the Turkish lira" and
         # "Cyprus uses the Turkish lira" were both read as "Turkish lira".

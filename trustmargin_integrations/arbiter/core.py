@@ -16,7 +16,12 @@ from typing import Any, cast
 from tqdm.auto import tqdm
 
 from trustmargin_integrations.arbiter.candidates import Candidate, rag_options, side_candidates
-from trustmargin_integrations.arbiter.comparisons import Compared, compare_chunk, whole
+from trustmargin_integrations.arbiter.comparisons import (
+    Compared,
+    compare_chunk,
+    states_short_answers,
+    whole,
+)
 from trustmargin_integrations.arbiter.decision import Evidence, assemble_decision
 from trustmargin_integrations.arbiter.plan import (
     Plan,
@@ -408,7 +413,8 @@ class TrustMargin:
                 pairs = compare_chunk(session, self.backend.render_prompt, self.config,
                                       [chunk[i] for i in scored_here],
                                       [direct[i] for i in scored_here],
-                                      [options[i] for i in scored_here])
+                                      [options[i] for i in scored_here],
+                                      states_short_answers(self.backend.capabilities))
                 # Generated pairs are the paper's: nothing to compare, no time recorded.
                 if any(c.form != "paper" for row in pairs for c in row):
                     comparing_s = (time.perf_counter() - start) / len(chunk)

@@ -81,12 +81,14 @@ class Capabilities:
         dtype: the dtype of a local model's numbers (None: not known, e.g. a server's).
         threads: the CPU threads a local model computes with on CPU (None on a GPU or a
             server): float reductions change with it, so it is part of a local result's key.
+        parameters: how many parameters the model has (None: not known, e.g. a server's).
     """
 
     kind: str
     model: str
     dtype: str | None = None
     threads: int | None = None
+    parameters: int | None = None
 
     @property
     def label(self) -> str:

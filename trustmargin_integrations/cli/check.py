@@ -34,7 +34,7 @@ from trustmargin_integrations.cli.options import (
     RemoteModelOpt,
     RemoteUrlOpt,
 )
-from trustmargin_integrations.config import ScoringForm
+from trustmargin_integrations.config import DEFAULT_SCORING_FORM, ScoringForm
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.files import check_output
 from trustmargin_integrations.policy_file import check_objective
@@ -83,7 +83,9 @@ def check(
     split_seed: Annotated[int, typer.Option(help="Seed of the --holdout split.")] = 0,
     scoring_form: Annotated[str | None, typer.Option(
         help="For records that give their chain's own answers (direct_answer, rag_answer): "
-             "how the two texts are compared: differential (default), extract or paper.")
+             "how the two texts are compared: auto (default: extract where the difference "
+             "is ambiguous and the scorer can extract, else differential), differential, "
+             "extract or paper.")
     ] = None,
     limit: Annotated[int | None, typer.Option(
         help="Check only the first N distinct questions of the file.")] = None,
@@ -327,7 +329,7 @@ def _generate_and_score(labeled: Path, run_dir: Path, *, name: str, corpus: Path
         backend=backend, limit=limit, top_k=top_k, batch_size=batch_size, run_dir=run_dir,
         noise_limit=0, noise_levels="", noise_seed=0,
         noise_corpus=None, pipeline="", pipeline_limit=None, pipeline_corpus=None,
-        scoring_form=scoring_form or "differential")
+        scoring_form=scoring_form or DEFAULT_SCORING_FORM)
     examples, ask = _planned(load_examples(labeled), labeled, scoring_form=scoring_form,
                              folds=folds, holdout=holdout, split_seed=split_seed,
                              limit=limit, yes=yes)

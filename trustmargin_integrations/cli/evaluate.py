@@ -23,6 +23,7 @@ from trustmargin_integrations.cli.options import (
     RemoteModelOpt,
     RemoteUrlOpt,
 )
+from trustmargin_integrations.config import DEFAULT_SCORING_FORM
 from trustmargin_integrations.environment import variables_named
 from trustmargin_integrations.errors import InvalidInputError
 from trustmargin_integrations.evaluation.datasets import (
@@ -71,7 +72,7 @@ class _Settings:
     pipelines: list[str]
     pipeline_limit: int | None
     pipeline_corpus: Path | None
-    scoring_form: ScoringForm = "differential"  # how records' own chain answers are compared
+    scoring_form: ScoringForm = DEFAULT_SCORING_FORM  # how records' own chain answers are compared
 
 
 # Long only by its 25 option declarations (typer reads them from the signature); the body

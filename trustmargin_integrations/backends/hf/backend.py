@@ -162,6 +162,7 @@ class HFBackend(LocalTokenizerMixin):
                  static_decode: bool | None = None, cuda_graphs: bool = True) -> None:
         self.loaded = LoadedModel.of(model, tokenizer)
         self.model_id = model_id
+        self.parameters: int = sum(p.numel() for p in model.parameters())
         self.fast = fast
         window = getattr(model.config, "max_position_embeddings", None)
         self.context_window: int | None = window if isinstance(window, int) else None
@@ -203,10 +204,11 @@ class HFBackend(LocalTokenizerMixin):
 
     @property
     def capabilities(self) -> Capabilities:
-        """A local transformers model: its name, dtype and (on CPU) thread count."""
+        """A local transformers model: its name, dtype, (on CPU) thread count and size."""
         return Capabilities(kind="hf", model=self.model_id,
                             dtype=str(self.model.dtype).removeprefix("torch."),
-                            threads=numerics_threads(self.device))
+                            threads=numerics_threads(self.device),
+                            parameters=self.parameters)
 
     @classmethod
     def load(
