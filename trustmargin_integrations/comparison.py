@@ -49,7 +49,9 @@ the first ones."""
 
 RESTATED_SHARE = 0.5
 """A text *restates the question* when it says at least this share of the question's distinct
-words (:func:`restates_question`)."""
+words (:func:`restates_question`): an answer may share a few of the question's words ("the
+International Boxing Hall of Fame" for "... recognized by what larger Hall of Fame?"); a
+restatement says most of them."""
 
 Op = tuple[str, int, int, int, int]
 """An alignment opcode of :class:`difflib.SequenceMatcher`: tag, left and right token ranges."""
@@ -141,14 +143,10 @@ def differential(direct: str, rag: str, question: str = "") -> Comparison:
 
 def restates_question(question: str, text: str) -> bool:
     """True when ``text`` says at least :data:`RESTATED_SHARE` of the question's distinct
-    words (readings, so in any language and script): a chat answer built around the question
-    ("The currency used in the country whose anthem is the Song of Velmora is the Velmoran mark.").
-    Two such answers put the question's words in different orders around their answers, and
-    an alignment of words then pairs the wrong stretches ("team with" against "New Orleans
-    Saints have"), or a part of the answer ("International" against "Florida" in "... the
-    International Boxing Hall of Fame"): measured on Qwen2.5-Coder-1.5B's long answers, where
-    the scorer's extraction of each short answer kept the gold answer beyond noise more often
-    (docs/decisions.md, "Extraction where both answers restate the question")."""
+    words (readings, so in any language and script): a sentence built around the question
+    ("The currency used in the country whose anthem is the Song of Velmora is the Velmoran mark."),
+    not a short answer. A scorer's "extraction" that does so is not used
+    (:func:`~trustmargin_integrations.arbiter.comparisons.by_extraction`)."""
     asked = set(keys(question))
     return bool(asked) and len(asked & set(keys(text))) >= RESTATED_SHARE * len(asked)
 

@@ -124,6 +124,10 @@ class ScriptedBackend(EngineDefaults):
         model_id: the model the backend claims to be (recorded in every Decision).
         context_window: the window the arbiter budgets against (None: unknown, no cap).
         chat_template: how a user message is rendered; ``{message}`` marks where it goes.
+        parameters: the model size the backend claims (``Capabilities.parameters``; None,
+            the default: unknown, so not asked for extractions under
+            ``scoring_form="auto"``, and a script names extraction answers only when it asks
+            for them: 1B or more, or ``scoring_form="extract"``).
 
     ``generated`` and ``scored`` record every call in order (prompt read back, text or
     continuation), so a test can check what the arbiter asked for.
@@ -138,12 +142,14 @@ class ScriptedBackend(EngineDefaults):
         model_id: str = "scripted",
         context_window: int | None = None,
         chat_template: str = "{message}",
+        parameters: int | None = None,
     ) -> None:
         if chat_template.count("{message}") != 1:
             raise InvalidInputError("chat_template", f"must hold '{{message}}' once, got "
                                     f"{chat_template!r}", "write e.g. '<user>{message}</user>'")
         self.model_id = model_id
         self.context_window = context_window
+        self.parameters = parameters
         self.answers = answers if answers is not None else {}
         self.logprobs = logprobs if logprobs is not None else {}
         self.default_logprob = default_logprob
@@ -162,8 +168,8 @@ class ScriptedBackend(EngineDefaults):
 
     @property
     def capabilities(self) -> Capabilities:
-        """Kind ``scripted``, the given ``model_id``."""
-        return Capabilities(kind="scripted", model=self.model_id)
+        """Kind ``scripted``, the given ``model_id`` and ``parameters``."""
+        return Capabilities(kind="scripted", model=self.model_id, parameters=self.parameters)
 
     def render_prompt(self, user_message: str) -> str:
         """The message inside the chat template."""

@@ -87,8 +87,8 @@ def _raised_by_the_question(read: ScriptedPrompt, continuation: str) -> float:
 def test_the_answer_bearing_parts_are_the_ones_the_question_raises(direct: str,
                                                                    rag: str) -> None:
     backend = ScriptedBackend(answers={}, logprobs=_raised_by_the_question)
-    # The difference form's own choice (the default asks a scorer of unknown size, as this
-    # scripted one is, for extractions of differently framed pairs instead).
+    # The difference form's own choice, named (the default is it for this scorer, of unknown
+    # size; one claiming 1B parameters or more would be asked for extractions instead).
     difference_form = TrustMarginConfig(scoring_form="differential")
     decision = TrustMargin(backend, difference_form).arbitrate(
         QUESTION, [PASSAGE], direct_answer=direct, rag_answer=rag)

@@ -33,12 +33,12 @@ EXTRACT_MAX_NEW_TOKENS = 16
 
 EXTRACTING_MIN_PARAMETERS = 1_000_000_000
 """The smallest scorer ``scoring_form="auto"`` asks for extractions (a scorer of unknown size,
-a server's, is asked). Measured on Qwen2.5-Coder-1.5B's long answers: Qwen's own extractions
-were usable (stated in their texts, not the question again) for 193 of the 260 differing pairs
-and gained 3 points of gold contained over the differential form; the embedded SmolLM2-135M's
-for 12 of 130 (3 of the 84 restating pairs ``auto`` asked about), changing no kept text on 150
-pairs at +19-41% arbitration time (docs/decisions.md, "Extraction where both answers restate
-the question")."""
+a server's, is not asked). Measured: Qwen2.5-Coder-1.5B's own extractions were usable (stated in
+their texts, not the question again) for 193 of 260 differing long-answer pairs, and under
+them it kept every framed decision (210/210, 90/90); the embedded SmolLM2-135M's for 12 of 130,
+changing no kept text on 150 long pairs at +35-41% arbitration time, and keeping fewer framed
+decisions than the difference form (docs/decisions.md, "The scorer's extractions when it
+states short answers")."""
 
 
 @dataclass(frozen=True)
@@ -237,9 +237,11 @@ def compare_chunk(session: ModelSession, render: Callable[[str], str],
 
 
 def states_short_answers(scorer: Capabilities) -> bool:
-    """True when ``scoring_form="auto"`` asks this scorer for extractions: a model of
-    :data:`EXTRACTING_MIN_PARAMETERS` or more, or of unknown size."""
-    return scorer.parameters is None or scorer.parameters >= EXTRACTING_MIN_PARAMETERS
+    """True when ``scoring_form="auto"`` asks this scorer for extractions: a model known to
+    have :data:`EXTRACTING_MIN_PARAMETERS` or more. A model of unknown size (a server's) is
+    not asked: a generation is paid only where it was measured to pay, and a large served
+    model is asked by naming ``scoring_form="extract"``."""
+    return scorer.parameters is not None and scorer.parameters >= EXTRACTING_MIN_PARAMETERS
 
 
 def extracted(config: TrustMarginConfig, prepared: PreparedQuestion, d: Candidate,
@@ -248,22 +250,13 @@ def extracted(config: TrustMarginConfig, prepared: PreparedQuestion, d: Candidat
     stated short answers (:func:`by_extraction`): for a pair with a given text that is not cut
     to its short answer by the paper's policy, under ``scoring_form="extract"``, and under
     ``"auto"`` when the scorer states short answers (``scorer_extracts``,
-    :func:`states_short_answers`) and the difference is no plain reading of the answers:
-    both texts restate the question
-    (:func:`~trustmargin_integrations.comparison.restates_question`: an alignment of two
-    sentences built around the question pairs the wrong words), or the difference offers
-    several candidates for the answer (two framings, an answer said twice) that the question
-    would have to choose among. Any other pair of given texts is compared by difference, and
-    pays for no generation."""
+    :func:`states_short_answers`). Any other pair of given texts is compared by difference,
+    and pays for no generation."""
     if not config.clean_answers or (d.generated and o.generated) \
             or cut_to_short_answer(config, prepared):
         return False
     if config.scoring_form == "auto":
-        if not scorer_extracts:
-            return False
-        question = prepared.input.question
-        return (all(restates_question(question, c.answer) for c in (d, o))
-                or len(differential(d.answer, o.answer, question).stretches) > 1)
+        return scorer_extracts
     return config.scoring_form == "extract"
 
 

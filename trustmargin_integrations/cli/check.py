@@ -83,9 +83,8 @@ def check(
     split_seed: Annotated[int, typer.Option(help="Seed of the --holdout split.")] = 0,
     scoring_form: Annotated[str | None, typer.Option(
         help="For records that give their chain's own answers (direct_answer, rag_answer): "
-             "how the two texts are compared: auto (default: extract where the difference "
-             "is ambiguous and the scorer can extract, else differential), differential, "
-             "extract or paper.")
+             "how the two texts are compared: auto (default: extract with a scorer of 1B "
+             "parameters or more, else differential), differential, extract or paper.")
     ] = None,
     limit: Annotated[int | None, typer.Option(
         help="Check only the first N distinct questions of the file.")] = None,
