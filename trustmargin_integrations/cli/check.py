@@ -247,7 +247,7 @@ def _scoring_form(value: str | None) -> ScoringForm | None:
     forms = get_args(ScoringForm)
     if value is not None and value not in forms:
         raise InvalidInputError("--scoring-form", f"must be one of {', '.join(forms)}, got "
-                                f"{value!r}", "pass --scoring-form differential (the default)")
+                                f"{value!r}", "pass --scoring-form auto (the default)")
     return value  # type: ignore[return-value]
 
 
