@@ -1,6 +1,8 @@
-"""The scoring forms of a chain's texts other than the default: 'extract' (the model states the
-short answer each text gives, checked to occur in it) and 'paper' (the product's own short answers
-given back). Real embedded model; the spy only records the calls the real backend receives."""
+"""The scoring forms of a chain's texts other than the difference form: 'extract' (the model
+states the short answer each text gives, checked to occur in it), 'auto' (the default: extract
+with a scorer of 1B parameters or more, else the difference form) and 'paper' (the product's own
+short answers given back). Real embedded model; the spy only records the calls the real backend
+receives, and one spy declares another size (the one thing 'auto' reads of a scorer)."""
 
 from __future__ import annotations
 

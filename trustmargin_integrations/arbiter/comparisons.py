@@ -209,7 +209,7 @@ def _bare(scored: Scored) -> str:
 def compare_chunk(session: ModelSession, render: Callable[[str], str],
                   config: TrustMarginConfig, chunk: list[PreparedQuestion],
                   direct: list[Candidate], options: list[list[Candidate]],
-                  scorer_extracts: bool = True) -> list[list[Compared]]:
+                  scorer_extracts: bool) -> list[list[Compared]]:
     """Every pair's compared form, per question and RAG candidate (one generation call for
     the whole chunk's extractions; ``render`` is the backend's chat template;
     ``scorer_extracts``: :func:`states_short_answers` of the scorer, read by
@@ -245,7 +245,7 @@ def states_short_answers(scorer: Capabilities) -> bool:
 
 
 def extracted(config: TrustMarginConfig, prepared: PreparedQuestion, d: Candidate,
-              o: Candidate, scorer_extracts: bool = True) -> bool:
+              o: Candidate, scorer_extracts: bool) -> bool:
     """True when the pair (Direct ``d``, RAG candidate ``o``) is compared by its texts'
     stated short answers (:func:`by_extraction`): for a pair with a given text that is not cut
     to its short answer by the paper's policy, under ``scoring_form="extract"``, and under
