@@ -14,7 +14,8 @@ as a chain arbitrates one pair per question: a Decision's time as a user pays it
 
 ``--texts FILE`` times long chat answers instead: the saved generations of
 ``benchmarks/longform.py --save-texts`` (a chain's two answers restating the question, as
-Qwen2.5-Coder-1.5B writes them; ``benchmarks/texts/``), the first ``--limit`` of each
+Qwen2.5-Coder-1.5B writes them; kept outside the repository, in ``runs/texts/``, as they
+quote the benchmark data), the first ``--limit`` of each
 dataset, each pair once, with its question's passages.
 
 Usage: PYTHONPATH=PATH/TO/VERSION python benchmarks/arbitration_cost.py [--limit 8]
