@@ -287,6 +287,25 @@ def _extractions(session: ModelSession, render: Callable[[str], str],
     return {key: clean_answer(t) for key, t in zip(wanted, texts, strict=True)}
 
 
+def _unusable_extractions(question: str, texts: tuple[Candidate, Candidate],
+                          short: Sequence[str]) -> str | None:
+    """Why the two short answers (``short``, Direct's then RAG's) cannot stand for their
+    ``texts``, or None when they can."""
+    if not all(stated_in(s, c.answer) for s, c in zip(short, texts, strict=True)):
+        return "extraction not stated in its text"
+    # A short answer is not the question's sentence again: measured, the embedded model
+    # "extracted" "Bien sûr ! The Velmora Bridge was designed by Gustave" from its text, and
+    # Qwen2.5-Coder-1.5B once the question's own words cut off before the answer (1 of its 194
+    # pairs compared by extraction on the long-form benchmark).
+    if any(not c.generated and restates_question(question, s)
+           for s, c in zip(short, texts, strict=True)):
+        return "extraction restates the question"
+    if same_reading(short[0], short[1]):
+        # Measured on Qwen2.5-1.5B's CWQ chat answers: "Turkey uses the Turkish lira" and
+        # "Cyprus uses the Turkish lira" were both read as "Turkish lira".
+        return "equal extractions of different texts"
+    return None
+
 def by_extraction(question: str, d: Candidate, o: Candidate,
                   stated: dict[tuple[str, str], str]) -> Compared:
     """The paper's scoring of both texts' stated short answers (``stated``: keyed by
@@ -299,20 +318,8 @@ def by_extraction(question: str, d: Candidate, o: Candidate,
         return whole("extract", d.answer, o.answer, agree=True)
     short = [c.answer if c.generated else stated.get((question, c.answer), "")
              for c in (d, o)]
-    if not all(stated_in(s, c.answer) for s, c in zip(short, (d, o), strict=True)):
+    unusable = _unusable_extractions(question, (d, o), short)
+    if unusable is not None:
         return replace(by_difference(question, d.answer, o.answer),
-                       note="extraction not stated in its text; compared by difference")
-    # A short answer is not the question's sentence again: measured, the embedded model
-    # "extracted" "Bien sûr ! The Velmora Bridge was designed by Gustave" from its text, and
-    # Qwen2.5-Coder-1.5B once the question's own words cut off before the answer (1 of its 194
-    # pairs compared by extraction on the long-form benchmark).
-    if any(not c.generated and restates_question(question, s)
-           for s, c in zip(short, (d, o), strict=True)):
-        return replace(by_difference(question, d.answer, o.answer),
-                       note="extraction restates the question; compared by difference")
-    if same_reading(short[0], short[1]):
-        # Measured on Qwen2.5-1.5B's CWQ chat answers: "Turkey uses the Turkish lira" and
-        # "Cyprus uses the Turkish lira" were both read as "Turkish lira".
-        return replace(by_difference(question, d.answer, o.answer),
-                       note="equal extractions of different texts; compared by difference")
+                       note=f"{unusable}; compared by difference")
     return whole("extract", short[0], short[1], agree=False)
