@@ -42,18 +42,24 @@ def test_key_changes_with_every_input_that_changes_results() -> None:
 
 
 def test_extract_results_are_keyed_by_the_extraction_prompt() -> None:
-    # A run directory made under an earlier extraction prompt is recomputed, not reused; the
-    # other forms' keys do not move when that prompt changes.
+    # A run directory made under an earlier extraction prompt, or an earlier comparison by
+    # difference, is recomputed, not reused; the paper's form keys on neither.
     from trustmargin_integrations import TrustMarginConfig
-    from trustmargin_integrations.prompts import EXTRACT_PROMPT_VERSION, form_prompts
+    from trustmargin_integrations.prompts import (
+        DIFFERENCE_VERSION,
+        EXTRACT_PROMPT_VERSION,
+        form_prompts,
+    )
     from trustmargin_integrations.score_file import key_settings
 
     extract = key_settings("m", TrustMarginConfig(scoring_form="extract"))
     assert extract["extract_prompt"] == EXTRACT_PROMPT_VERSION
     assert key_settings("m", TrustMarginConfig())["extract_prompt"] == EXTRACT_PROMPT_VERSION
-    assert "extract_prompt" not in key_settings("m", TrustMarginConfig(
-        scoring_form="differential"))
-    assert form_prompts("differential") == form_prompts("paper") == {}
+    differential = key_settings("m", TrustMarginConfig(scoring_form="differential"))
+    assert "extract_prompt" not in differential
+    assert differential["difference"] == DIFFERENCE_VERSION
+    assert form_prompts("auto")["difference"] == DIFFERENCE_VERSION
+    assert form_prompts("paper") == {}
 
 
 def test_put_get_and_reload(tmp_path: Path) -> None:

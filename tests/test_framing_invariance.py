@@ -51,18 +51,55 @@ def test_opposite_facts_behind_one_lead_in_are_scored(tm: TrustMargin, lead_in: 
     assert d.answer == (rag if d.source == "rag" else direct)
 
 
+def _mean_after(tm: TrustMargin, prompt: str, prefixes: list[str], part: str) -> float:
+    """A plain teacher-forced pass: ``part`` scored alone (an empty prefix) and after each
+    prefix, the mean log-probability over all its tokens."""
+    from trustmargin_integrations.backends.base import ContinuationRequest
+
+    plain = tm.backend.score_continuations([
+        ContinuationRequest(prompt + prefix, f" {part}" if prefix else part)
+        for prefix in prefixes])
+    return sum(s.logprob_sum for s in plain) / sum(s.num_tokens for s in plain)
+
+
 def test_the_shared_context_before_the_difference_is_conditioned_on(tm: TrustMargin) -> None:
-    """The differing span is scored after the text of its clause, not alone and not after a
-    lead-in: the scores are those of a plain teacher-forced pass over prompt + the clause's
-    text before the span + span ("Hello!" ends a clause and never enters them)."""
+    """The differing span is scored alone and after the text of its clause, never after a
+    lead-in: the scores are those of a plain teacher-forced pass over prompt + span and over
+    prompt + the clause's text before the span + span ("Hello!" ends a clause and never
+    enters them)."""
     direct, rag = "Hello! It stands in Oststadt.", "Hello! It stands in Weststadt."
     d = tm.arbitrate(QUESTION, PASSAGES, direct_answer=direct, rag_answer=rag)
-    from trustmargin_integrations.backends.base import ContinuationRequest
-    prepared = tm.prepare({"question": QUESTION, "passages": PASSAGES})
-    plain = tm.backend.score_continuations([
-        ContinuationRequest(prepared.views.question_only + "It stands in", " Weststadt")])
+    prompt = tm.prepare({"question": QUESTION, "passages": PASSAGES}).views.question_only
     assert d.rag_likelihoods is not None
-    assert d.rag_likelihoods.question_only == pytest.approx(plain[0].mean, abs=1e-4)
+    assert d.rag_likelihoods.question_only == pytest.approx(
+        _mean_after(tm, prompt, ["", "It stands in"], "Weststadt"), abs=1e-4)
+
+
+def test_each_chains_framing_words_fall_on_both_answers(tm: TrustMargin) -> None:
+    """A closed-book chain's "I believe it stands in X." against a RAG chain's "The passages
+    say that the bridge stands in Y [1].": each compared name is scored alone and after both
+    clauses' words (the likelihood of a side is its tokens' mean over the three, as a plain
+    forward pass gives them), so which chain wrote which framing does not move the margin."""
+    def closed(a: str) -> str:
+        return f"I believe it stands in {a}."
+
+    def cited(a: str) -> str:
+        return f"The passages say that the bridge stands in {a} [1]."
+
+    d = tm.arbitrate(QUESTION, PASSAGES, direct_answer=closed("Oststadt"),
+                     rag_answer=cited("Weststadt"))
+    swapped = tm.arbitrate(QUESTION, PASSAGES, direct_answer=cited("Oststadt"),
+                           rag_answer=closed("Weststadt"))
+    assert (d.direct_answer, d.rag_answer) == ("Oststadt", "Weststadt")
+    assert (swapped.direct_answer, swapped.rag_answer) == ("Oststadt", "Weststadt")
+    assert d.m is not None and swapped.m is not None
+    assert d.m == pytest.approx(swapped.m, abs=1e-4)
+    prompt = tm.prepare({"question": QUESTION, "passages": PASSAGES}).views.question_only
+    prefixes = ["", "I believe it stands in", "The passages say that the bridge stands in"]
+    for name, got in (("Oststadt", d.direct_likelihoods), ("Weststadt", d.rag_likelihoods)):
+        assert got is not None
+        assert got.question_only == pytest.approx(_mean_after(tm, prompt, prefixes, name),
+                                                  abs=1e-4)
 
 
 def test_an_incidental_first_sentence_is_not_what_is_scored(tm: TrustMargin) -> None:

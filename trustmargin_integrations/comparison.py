@@ -25,7 +25,11 @@ language (:func:`differential`):
 * it is scored in the plain form of its text (what a reader sees), as a continuation of the
   text before it *within its clause* ("the answer is", "designed by", "New" before "York"):
   a lead-in or a framing sentence before the clause never enters the likelihoods, so a short
-  answer behind "Hello!" or a markdown heading is scored exactly as the bare answer is.
+  answer behind "Hello!" or a markdown heading is scored exactly as the bare answer is. Each
+  side's part is scored alone and after both sides' clause words ("I believe it stands in" /
+  "The passages say that the bridge stands in"), its likelihood the mean over them
+  (:func:`~trustmargin_integrations.arbiter.comparisons.in_each_framing`), so the words one
+  chain writes before its answer cannot raise that side alone.
 
 Which candidates carry the two answers is decided once they are scored, by what the question
 raises (:func:`~trustmargin_integrations.arbiter.comparisons.answer_bearing`). The

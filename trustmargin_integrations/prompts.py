@@ -98,11 +98,22 @@ EXTRACT_TEMPLATE = (
 EXTRACT_PROMPT_VERSION = "extract-instruction-first-v2"
 
 
+# Part of a cached result's key under the forms that compare given texts by difference (the
+# extraction forms fall back to it): a result scored before each part was scored alone and
+# after both sides' clause words (arbiter/comparisons.in_each_framing) is re-read, never reused.
+DIFFERENCE_VERSION = "each-framing-v1"
+
+
 def form_prompts(form: str) -> dict[str, str]:
     """What a scoring form's results depend on besides its name, for cache keys: the
-    extraction prompt's version under the forms that may extract (``"extract"``, ``"auto"``);
-    nothing for the other forms."""
-    return {"extract_prompt": EXTRACT_PROMPT_VERSION} if form in ("extract", "auto") else {}
+    extraction prompt's version under the forms that may extract (``"extract"``, ``"auto"``),
+    and the version of the difference comparison under those and ``"differential"``; nothing
+    for the other forms."""
+    keyed = {"difference": DIFFERENCE_VERSION} if form in ("differential", "extract",
+                                                             "auto") else {}
+    if form in ("extract", "auto"):
+        keyed["extract_prompt"] = EXTRACT_PROMPT_VERSION
+    return keyed
 
 
 def extract_prompt(question: str, response: str) -> str:

@@ -4,7 +4,8 @@ generated candidates, and for text a user's chain produced the form the config n
 
 A pair's compared form is a list of *pieces* per side, each a continuation scored after the
 view prompt and the text of its clause before it; one piece with no prefix is the paper's
-scoring of a whole short answer. Texts agree only when they read alike
+scoring of a whole short answer, and a part compared by difference is scored after both sides'
+clause words and alone (:func:`in_each_framing`). Texts agree only when they read alike
 (:mod:`trustmargin_integrations.reading`), in every form; the paper's own short answers keep
 the paper's agreement test."""
 
@@ -50,7 +51,8 @@ class Piece:
 
 
 Scored = tuple[Piece, ...]
-"""Everything scored for one side of a pair; its likelihood is the token-weighted mean."""
+"""Everything scored for one side of a pair: its part, once or in several framings
+(:func:`in_each_framing`); its likelihood is the token-weighted mean."""
 
 
 @dataclass(frozen=True)
@@ -233,7 +235,38 @@ def compare_chunk(session: ModelSession, render: Callable[[str], str],
             else:
                 row.append(by_difference(chunk[i].input.question, d.answer, o.answer))
         out.append(row)
-    return choose_answer_bearing(session, render, chunk, out)
+    return [[in_each_framing(c) for c in row]
+            for row in choose_answer_bearing(session, render, chunk, out)]
+
+
+def in_each_framing(compared: Compared) -> Compared:
+    """A pair compared by difference, each side's part scored alone (the paper's scoring of a
+    short answer) and after each side's clause words ("I believe it is" / "According to the
+    context, the answer is"), its likelihood the mean over all of them: both sides are then
+    read in the same framings, so the words one chain writes before its answer cannot raise
+    or lower that side alone, and a short answer behind a framing is read as it is bare as
+    much as in its sentence. Bare parts (no clause words on either side) are scored as
+    before."""
+    if compared.form != "differential" or compared.agree \
+            or len(compared.direct) != 1 or len(compared.rag) != 1:
+        return compared
+    (d,), (r,) = compared.direct, compared.rag
+    framings = list(dict.fromkeys(["", d.prefix, r.prefix]))
+    if framings == [""]:
+        return compared
+    # Each part takes the space that the text it stands in for had after those words.
+    return replace(compared,
+                   direct=tuple(_after(f, d.text if f == d.prefix else r.text, d.text)
+                                for f in framings),
+                   rag=tuple(_after(f, r.text if f == r.prefix else d.text, r.text)
+                             for f in framings))
+
+
+def _after(prefix: str, there: str, text: str) -> Piece:
+    """``text`` in place of ``there``, a part scored after ``prefix``: with the space
+    ``there`` had before it (none where nothing of the clause comes before)."""
+    space = there[:len(there) - len(there.lstrip())] if prefix else ""
+    return Piece(prefix, space + text.lstrip())
 
 
 def states_short_answers(scorer: Capabilities) -> bool:

@@ -128,9 +128,9 @@ def score_rows(
 
     An item of one piece is one request per view, the paper's scoring: a generated pairwise
     row is Direct then RAG, each over the three views, the six requests in the order they
-    have always been sent. An item of several pieces is scored piece by piece, each piece
-    after the view prompt and the text before it, and its likelihood is the mean over all
-    its tokens.
+    have always been sent. An item of several pieces (one part in several framings) is scored
+    piece by piece, each piece after the view prompt and the text before it, and its
+    likelihood is the mean over all its tokens.
     """
     requests = [ContinuationRequest(getattr(p.views, view) + piece.prefix, piece.text)
                 for p, items in rows for scored in items for view in VIEWS
@@ -145,7 +145,10 @@ def score_rows(
 
 def view_likelihoods(scores: list[list[ContinuationScore]]) -> ViewLikelihoods:
     """One item's record from its pieces' scores under the three views (in ``VIEWS``
-    order): per view, the log-probability of all its tokens over their count."""
+    order): per view, the log-probability of all its tokens over their count. Its length
+    ``|y|`` is its first piece's: the pieces of one item are the same words read in several
+    framings (:func:`~trustmargin_integrations.arbiter.comparisons.in_each_framing`), the
+    first alone where it is read alone."""
     means = {view: sum(s.logprob_sum for s in pieces) / sum(s.num_tokens for s in pieces)
              for view, pieces in zip(VIEWS, scores, strict=True)}
-    return ViewLikelihoods(**means, num_tokens=sum(s.num_tokens for s in scores[0]))
+    return ViewLikelihoods(**means, num_tokens=scores[0][0].num_tokens)
