@@ -339,6 +339,7 @@ def _unusable_extractions(question: str, texts: tuple[Candidate, Candidate],
         return "equal extractions of different texts"
     return None
 
+
 def by_extraction(question: str, d: Candidate, o: Candidate,
                   stated: dict[tuple[str, str], str]) -> Compared:
     """The paper's scoring of both texts' stated short answers (``stated``: keyed by
