@@ -102,6 +102,25 @@ def test_each_chains_framing_words_fall_on_both_answers(tm: TrustMargin) -> None
                                                   abs=1e-4)
 
 
+@pytest.mark.parametrize(("direct", "rag", "compared"), [
+    # The answers in different places around shared framing words.
+    ("Oststadt is the answer to your question.",
+     "The passages say that the answer is Weststadt.", ("Oststadt", "Weststadt")),
+    # The answers differ by a word one side adds, and the framings differ too.
+    ("I believe the answer is Weststadt Nord, but I am not completely sure.",
+     "According to the context, the answer is Weststadt.", ("Weststadt Nord", "Weststadt")),
+])
+def test_differently_framed_answers_are_compared_not_their_framings(
+        tm: TrustMargin, direct: str, rag: str, compared: tuple[str, str]) -> None:
+    """Two of the mixed framings (closed-book style on Direct, RAG style on RAG) where the
+    embedded model compared a framing with an answer, or the two framings, before 2026-11-29
+    (eleventh session): each side's part is the one the question raises most on that side,
+    and a word one side adds is a candidate place even where the framings also differ."""
+    d = tm.arbitrate(QUESTION, PASSAGES, direct_answer=direct, rag_answer=rag)
+    assert (d.direct_answer, d.rag_answer) == compared
+    assert d.answer in {direct, rag}
+
+
 def test_an_incidental_first_sentence_is_not_what_is_scored(tm: TrustMargin) -> None:
     direct = "- The bridge is in Velmora.\n- It was finished in 1911."
     rag = "- The bridge is in Velmora.\n- It was finished in 1923."
@@ -176,8 +195,9 @@ def test_framing_invariance_on_the_shared_dev_sets(backend: object) -> None:
     """The bounds, on the model's own strict disagreements: with the same framing on both
     sides (14 framings) the framed decision keeps the bare pair's side in at least 90% of the
     pairs away from near-ties; with a closed-book framing on Direct and a RAG framing on RAG
-    (6 pairs of framings) in at least 70% (measured 80% here, 53/66; 86.5% on 90 pairs,
-    docs/results/framing/each-framing.md), far above what a text-blind decision reaches;
+    (6 pairs of framings) in at least 85%, issue 33's bound (measured 57/66 here; 455/528 on
+    88 pairs and 150/174 on Qwen's short answers, docs/results/framing/answer-places.md), far
+    above what a text-blind decision reaches;
     no framed pair ever claims agreement, and the framed decisions' F1 stays within 1 point
     of the bare decisions'. (A 256-token context and the first 5 questions of each dataset
     keep this test quick, about 12 disagreements x 20 framings; benchmarks/framing.py
@@ -189,7 +209,7 @@ def test_framing_invariance_on_the_shared_dev_sets(backend: object) -> None:
     assert [r.framing for r in rows] == [*FRAMINGS, *MIXED_FRAMINGS]
     assert all(r.agree == 0 for r in rows), {r.framing: r.agree for r in rows if r.agree}
     bare_scores = decision_scores(bare, pairs)
-    for suite, bound in ((rows[:len(FRAMINGS)], 0.9), (rows[len(FRAMINGS):], 0.7)):
+    for suite, bound in ((rows[:len(FRAMINGS)], 0.9), (rows[len(FRAMINGS):], 0.85)):
         s = suite_summary(suite, bare_scores)
         assert s.compared >= 4 * len(suite)
         assert s.kept / s.compared >= bound, {r.framing: f"{r.kept_side}/{r.compared}"

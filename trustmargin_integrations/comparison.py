@@ -12,10 +12,11 @@ language (:func:`differential`):
   stretch), the same stretch clause by clause within each side's first sentence ("The
   documents state the answer: X (see Passage 0)"; a later sentence is a remark, not a reading
   of the answer), and less a first or last word that the other text also says elsewhere (the
-  two chains put their answers in different places around shared framing words). A stretch
-  present on one side only (a lead-in, a caveat, a citation, a remark one answer adds) is no
-  competing statement and is a candidate only when the texts differ in nothing else; it is
-  then widened by the shared token before it (else after it) so that both sides have
+  two chains put their answers in different places around shared framing words) or less a
+  first word where the other side's part begins a clause of its own ("is German" against
+  "Answer: Sweden"). A stretch present on one side only (a lead-in, a caveat, a citation, a
+  remark, or the word that tells "Golden Globe Award" from "Golden Globe") is a candidate
+  too, widened by the shared token before it (else after it) so that both sides have
   something to score. A candidate whose every token on both sides is a word of the question
   restates the question and is set aside while another remains; one whose two sides read
   alike is dropped (none left: the texts are compared whole);
@@ -112,16 +113,16 @@ def differential(direct: str, rag: str, question: str = "") -> Comparison:
     matcher = SequenceMatcher(None, [t.key for t in left], [t.key for t in right],
                               autojunk=False)
     opcodes = matcher.get_opcodes()
-    replaced: list[Op] = [op for op in opcodes if op[0] == "replace"]
     shown = plain(direct), plain(rag)
     # Each place where the texts differ offers its whole stretch and its readings clause by
-    # clause and less a shared framing word; which one carries the answer is not decided here,
-    # nor by position, but by the question once they are scored. A stretch one side adds (a
-    # lead-in, a caveat, a remark: "It was restored in 2001.") is no competing statement
-    # while the texts also say different things in the same place.
-    places = ([[op, *_by_clause(op, shown, left, right), *_less_shared_word(op, left, right)]
-               for op in replaced] if replaced
-              else [[_widened(op)] for op in opcodes if op[0] != "equal"])
+    # clause and less a framing word; which one carries the answer is not decided here, nor
+    # by position, but by the question once they are scored. A stretch one side adds is a
+    # place too: where the two chains' framings also differ, the answers may differ only by
+    # an added word ("Golden Globe Award" against "Golden Globe").
+    places = [[op, *_by_clause(op, shown, left, right), *_less_shared_word(op, left, right),
+               *_less_connective(op, shown, left, right)]
+              if op[0] == "replace" else [_widened(op)]
+              for op in opcodes if op[0] != "equal"]
     asked = set(keys(question))
     answering = [[op for op in ops
                   if not {t.key for t in (*left[op[1]:op[2]], *right[op[3]:op[4]])} <= asked]
@@ -129,17 +130,21 @@ def differential(direct: str, rag: str, question: str = "") -> Comparison:
     if not any(answering):
         answering = places
     stretches: list[Stretch] = []
-    for place, ops in enumerate(ops for ops in answering if ops):
+    place = 0
+    for ops in answering:
         if place == MAX_PLACES:
             break
         for _, i1, i2, j1, j2 in ops:
             stretch = Stretch(*_side(shown[0], left, i1, i2), *_side(shown[1], right, j1, j2),
                               place)
             # A candidate whose two sides read alike (an addition cut away at its clause
-            # end) cannot tell the answers apart.
+            # end: "It is Bolivia, I think.") cannot tell the answers apart, and a place
+            # left with none takes no place of MAX_PLACES.
             if stretch not in stretches and (_keys_in(left, stretch.direct_plain)
                                              != _keys_in(right, stretch.rag_plain)):
                 stretches.append(stretch)
+        if stretches and stretches[-1].place == place:
+            place += 1
     # None left (each was cut to shared text: "It is Bolivia, I think." against "It is
     # Bolivia."): the texts are compared whole, so what one adds still counts.
     return Comparison(agree=False, stretches=tuple(stretches))
@@ -210,6 +215,26 @@ def _less_shared_word(op: Op, left: Sequence[Token], right: Sequence[Token]) -> 
         if right[j2 - 1].key in left_keys:
             out.append(("replace", i1, i2, j1, j2 - 1))
     return out
+
+
+def _less_connective(op: Op, shown: tuple[str, str], left: Sequence[Token],
+                     right: Sequence[Token]) -> list[Op]:
+    """A replaced stretch less its first token on the side whose part continues its clause,
+    where the other side's part begins a clause of its own (``is German`` in "The answer is
+    German." against ``Sweden`` in "Answer: Sweden"): the other text's punctuation stands where
+    this one has a word linking the shared words to the answer."""
+    _, i1, i2, j1, j2 = op
+    out: list[Op] = []
+    starts = [_starts_clause(shown[0], left[i1]), _starts_clause(shown[1], right[j1])]
+    if i2 - i1 > 1 and starts[1] and not starts[0]:
+        out.append(("replace", i1 + 1, i2, j1, j2))
+    if j2 - j1 > 1 and starts[0] and not starts[1]:
+        out.append(("replace", i1, i2, j1 + 1, j2))
+    return out
+
+
+def _starts_clause(shown: str, token: Token) -> bool:
+    return clause_start(shown, token.plain_start) == token.plain_start
 
 
 def _side(shown: str, tokens: Sequence[Token], i1: int, i2: int) -> tuple[Span, Span, int]:

@@ -57,19 +57,19 @@ def test_an_addition_is_widened_to_the_word_it_adds_to() -> None:
 
 
 @pytest.mark.parametrize(("direct", "rag", "compared"), [
-    ("The answer is (B).", "The answer is C.", ("B", "C")),
-    ('The word is "serendipity".', "The word is luck.", ("serendipity", "luck")),
-    ("The answer: Paris", "The answer is Lyon", ("Paris", "is Lyon")),
+    ("The answer is (B).", "The answer is C.", [("B", "C")]),
+    ('The word is "serendipity".', "The word is luck.", [("serendipity", "luck")]),
+    # The colon stands where the other text says "is": its answer alone is a candidate too.
+    ("The answer: Paris", "The answer is Lyon", [("Paris", "is Lyon"), ("Paris", "Lyon")]),
 ])
-def test_an_answer_behind_a_bracket_quote_or_colon_is_compared(direct: str, rag: str,
-                                                                compared: tuple[str, str]
-                                                                ) -> None:
+def test_an_answer_behind_a_bracket_quote_or_colon_is_compared(
+        direct: str, rag: str, compared: list[tuple[str, str]]) -> None:
     """Where one side opens a bracket, a quote or a colon and the other goes on with the
     clause, both answers are compared. A rule that read the opening side as an aside (a
     citation mark, a source line) and compared only the other side's addition was measured
     (docs/results/framing/smollm2-135m-mixed-dev-sets.md) and not adopted: it dropped these
     answers, which nothing but a model can tell from a citation."""
-    assert _candidates(direct, rag) == [compared]
+    assert _candidates(direct, rag) == compared
 
 
 def _raised_by_the_question(read: ScriptedPrompt, continuation: str) -> float:
@@ -118,10 +118,32 @@ def test_a_remark_the_question_happens_to_raise_does_not_replace_the_answer() ->
 
 def test_a_side_whose_part_is_framing_takes_its_answer_from_another_place() -> None:
     """"Anna Berg is the answer to your question." against "The passages say that the answer
-    is Tomas Rilke.": the first place holds Direct's answer and RAG's framing, which the
-    question does not raise (<= 0); RAG's answer is at the second place."""
+    is Tomas Rilke.": the first place holds Direct's answer and RAG's framing; RAG's answer is
+    at the second place, where the question raises RAG's part more, even when it raises the
+    framing a little too (the embedded model's lifts on such a pair: +1.25 for "The passages
+    say that", +1.47 for the answer "2015")."""
     places = [0, 0, 1, 1]
     raised = [(1.4, -0.1), (2.7, -0.1), (-1.0, 0.3), (-1.0, 0.9)]
     assert answer_bearing(places, raised) == (1, 3)
+    measured = [(2.56, 1.25), (3.09, 1.25), (2.56, 0.59), (-0.47, -0.02), (-0.47, 1.47)]
+    assert answer_bearing([0, 0, 0, 1, 1], measured) == (1, 4)
+    # Equal lifts: the place the question raises most on both sides together.
+    assert answer_bearing([0, 1], [(1.0, 0.5), (0.2, 0.5)]) == (0, 0)
     # Within a place, each side's best reading (the name without its clause's framing).
     assert answer_bearing([0, 0], [(2.7, 0.3), (2.7, 0.9)]) == (0, 1)
+
+
+@pytest.mark.parametrize(("direct", "rag", "compared"), [
+    # The answers differ by what one side adds, and the framings differ too.
+    ("I believe the answer is Golden Globe Award, but I am not completely sure.",
+     "According to the context, the answer is Golden Globe.", ("Globe Award", "Globe")),
+    # Markdown's colon where the other text says "is".
+    ("The answer is German.", "**Answer:** Sweden\n\n*Source: Passage 1*",
+     ("German", "Sweden")),
+])
+def test_an_answer_the_framings_surround_is_a_candidate(direct: str, rag: str,
+                                                        compared: tuple[str, str]) -> None:
+    """Measured on Qwen2.5-Coder-1.5B's short answers under the mixed framings: where the
+    framings also differ, the added word was no candidate (only the framings were compared,
+    in 7 of 174 pairs), and "is German" was compared with "Sweden" (7 more)."""
+    assert compared in _candidates(direct, rag)

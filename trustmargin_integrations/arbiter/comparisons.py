@@ -123,33 +123,30 @@ def answer_bearing(places: Sequence[int], raised: Sequence[tuple[float, float]]
     per-token log-likelihood after the question-only prompt minus after the same prompt with
     nothing asked; ``places``: which place where the texts differ each candidate reads, its
     whole stretch first). A lead-in, a hedge or a citation reads the same whatever was asked;
-    the answer to the question does not. No list of phrases is used, in any language:
+    the answer to the question does not. No list of phrases is used, in any language.
 
-    1. the place: the one whose whole stretch the question raises most on both sides
-       together (symmetric, so the choice favours neither source);
-    2. within it each side's part on its own, among the whole stretch and its readings
-       clause by clause or less a framing word ("Tomas Rilke" in "The documents state the
-       answer: Tomas Rilke (see Passage 0)");
-    3. a side whose part there the question does not raise at all (framing: "The passages say
-       that") takes its part from the place where the question raises it most, when there
-       is one: two chains may put their answers in different places ("Anna Berg is the
-       answer." against "The passages say that the answer is Tomas Rilke.").
+    Each side's part is the candidate the question raises most on that side, by the same
+    measure for both sides (so the choice favours neither source): two chains may put their
+    answers in different places ("Anna Berg is the answer." against "The passages say that
+    the answer is Tomas Rilke.", where the first place holds Direct's answer and RAG's
+    framing), and within a place a side's best reading may be a clause of it or the stretch
+    less a framing word ("Tomas Rilke" in "The documents state the answer: Tomas Rilke (see
+    Passage 0)"). Ties go to the place whose whole stretch the question raises most on both
+    sides together.
+
+    Measured on Qwen2.5-Coder-1.5B's short answers under the mixed framings, scored by the
+    embedded model: when a side kept its part at the place chosen for both sides unless the
+    question did not raise it there at all, a framing the question raised a little ("The
+    passages say that", +1.25 against +1.47 for the answer "2015") was compared instead of
+    the answer, and 11 of 29 answer-first / answer-last pairs left the bare side (7 now;
+    docs/results/framing/answer-places.md).
     """
-    def best(side: int, among: Sequence[int]) -> int:
-        return max(among, key=lambda k: raised[k][side])
-
     first = [k for k in range(len(places)) if k == 0 or places[k] != places[k - 1]]
     place = places[max(first, key=lambda k: sum(raised[k]))]
-    here = [k for k in range(len(places)) if places[k] == place]
-    chosen = []
-    for side in (0, 1):
-        k = best(side, here)
-        if raised[k][side] <= 0:
-            elsewhere = best(side, range(len(places)))
-            if raised[elsewhere][side] > 0:
-                k = elsewhere
-        chosen.append(k)
-    return chosen[0], chosen[1]
+    # max keeps the first of equals: that place's candidates come first.
+    order = sorted(range(len(places)), key=lambda k: places[k] != place)
+    direct, rag = (max(order, key=lambda k: raised[k][side]) for side in (0, 1))
+    return direct, rag
 
 
 def choose_answer_bearing(session: ModelSession, render: Callable[[str], str],
