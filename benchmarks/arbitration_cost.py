@@ -19,7 +19,7 @@ quote the benchmark data), the first ``--limit`` of each
 dataset, each pair once, with its question's passages.
 
 Usage: PYTHONPATH=PATH/TO/VERSION python benchmarks/arbitration_cost.py [--limit 8]
-       [--repeats 3] [--form extract] [--pairs one] [--texts FILE]
+       [--repeats 3] [--form extract] [--pairs one] [--texts FILE] [--items FILE]
        [--data-dir ../shared/data/raw]
 """
 
@@ -63,14 +63,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--texts", type=Path, default=None,
                         help="time these saved long answers (benchmarks/longform.py "
                              "--save-texts) instead of framed short ones")
+    parser.add_argument("--items", type=Path, default=None,
+                        help="read the framed pairs from this JSON file, or write them there "
+                             "when it does not exist yet, so that interleaved runs skip "
+                             "generating the bare answers (they quote the benchmark data: "
+                             "keep the file outside the repository)")
     parser.add_argument("--form", default=None,
                         help="scoring form (default: the version's default)")
     args = parser.parse_args(argv)
     # A version without the option is timed at its default: only a named form is passed.
     config = {"config": TrustMarginConfig(scoring_form=args.form)} if args.form else {}
     tm = TrustMargin.from_pretrained(calibration=None, **config)
-    items = (_saved(args.texts, args.data_dir, args.limit) if args.texts is not None
-             else _framed(tm, args.data_dir, args.limit, args.pairs))
+    if args.items is not None and args.items.exists():
+        items = json.loads(args.items.read_text(encoding="utf-8"))
+    else:
+        items = (_saved(args.texts, args.data_dir, args.limit) if args.texts is not None
+                 else _framed(tm, args.data_dir, args.limit, args.pairs))
+        if args.items is not None:
+            args.items.write_text(json.dumps(items, ensure_ascii=False), encoding="utf-8")
     tm.arbitrate_batch(items[:8])  # warm-up
     seconds = []
     for _ in range(args.repeats):

@@ -129,6 +129,20 @@ def test_a_side_whose_part_is_framing_takes_its_answer_from_another_place() -> N
     assert answer_bearing([0, 0, 0, 1, 1], measured) == (1, 4)
     # Equal lifts: the place the question raises most on both sides together.
     assert answer_bearing([0, 1], [(1.0, 0.5), (0.2, 0.5)]) == (0, 0)
+
+
+def test_a_framing_that_repeats_the_question_does_not_take_an_answers_place() -> None:
+    """The embedded model's lifts on "The passages say that the bridge stands in Oststadt [1]."
+    against "I believe it stands in Weststadt." (question: "In which district of Velmora does
+    the Kessel bridge stand?"): Direct's framing is raised more than its answer (+2.97 against
+    +2.40) because it says two of the question's words ("the", "bridge"); the answer has none,
+    so it stays where both answers are."""
+    places = [0, 1, 1]
+    raised = [(2.97, 0.24), (2.40, 5.53), (0.12, 5.53)]
+    repeated = [(2, 0), (0, 0), (0, 0)]
+    assert answer_bearing(places, raised, repeated) == (1, 1)
+    # Counted as saying none of the question's words, the framing would be taken.
+    assert answer_bearing(places, raised) == (0, 1)
     # Within a place, each side's best reading (the name without its clause's framing).
     assert answer_bearing([0, 0], [(2.7, 0.3), (2.7, 0.9)]) == (0, 1)
 

@@ -26,7 +26,7 @@ from trustmargin_integrations.comparison import (
 )
 from trustmargin_integrations.config import TrustMarginConfig
 from trustmargin_integrations.prompts import extract_prompt, question_free_prompt
-from trustmargin_integrations.reading import plain, same_reading, stated_in
+from trustmargin_integrations.reading import keys, plain, same_reading, stated_in
 from trustmargin_integrations.schema import CompareForm
 
 # A stated short answer is a phrase: a few tokens, never the whole text again.
@@ -116,37 +116,51 @@ def by_difference(question: str, direct: str, rag: str) -> Compared:
     return replace(each[0], options=tuple(each)) if len(each) > 1 else each[0]
 
 
-def answer_bearing(places: Sequence[int], raised: Sequence[tuple[float, float]]
-                   ) -> tuple[int, int]:
+def answer_bearing(places: Sequence[int], raised: Sequence[tuple[float, float]],
+                   repeated: Sequence[tuple[int, int]] | None = None) -> tuple[int, int]:
     """Which candidates carry the answers (Direct's, RAG's), from how much the question raises
     each side's part as a bare answer (``raised``: per candidate, Direct's then RAG's
     per-token log-likelihood after the question-only prompt minus after the same prompt with
     nothing asked; ``places``: which place where the texts differ each candidate reads, its
-    whole stretch first). A lead-in, a hedge or a citation reads the same whatever was asked;
-    the answer to the question does not. No list of phrases is used, in any language.
+    whole stretch first; ``repeated``: per candidate, how many of the question's words
+    Direct's and RAG's parts say, none when not given). A lead-in, a hedge or a citation
+    reads the same whatever was asked; the answer to the question does not. No list of
+    phrases is used, in any language:
 
-    Each side's part is the candidate the question raises most on that side, by the same
-    measure for both sides (so the choice favours neither source): two chains may put their
-    answers in different places ("Anna Berg is the answer." against "The passages say that
-    the answer is Tomas Rilke.", where the first place holds Direct's answer and RAG's
-    framing), and within a place a side's best reading may be a clause of it or the stretch
-    less a framing word ("Tomas Rilke" in "The documents state the answer: Tomas Rilke (see
-    Passage 0)"). Ties go to the place whose whole stretch the question raises most on both
-    sides together.
+    1. the place: the one whose whole stretch the question raises most on both sides
+       together (symmetric, so the choice favours neither source);
+    2. within it each side's part on its own, among the whole stretch and its readings
+       clause by clause or less a framing word ("Tomas Rilke" in "The documents state the
+       answer: Tomas Rilke (see Passage 0)");
+    3. a side takes its part from another place where the question raises it more, when that
+       part repeats no more of the question's words than its part at the place: two chains
+       may put their answers in different places ("Anna Berg is the answer." against "The
+       passages say that the answer is Tomas Rilke."), while a framing that repeats the
+       question ("The passages say that the bridge" for "... does the Kessel bridge
+       stand?") is raised by the words it copies, not because it answers. A side whose part
+       at the place the question does not raise at all takes the part raised most elsewhere.
 
     Measured on Qwen2.5-Coder-1.5B's short answers under the mixed framings, scored by the
-    embedded model: when a side kept its part at the place chosen for both sides unless the
-    question did not raise it there at all, a framing the question raised a little ("The
-    passages say that", +1.25 against +1.47 for the answer "2015") was compared instead of
-    the answer, and 11 of 29 answer-first / answer-last pairs left the bare side (7 now;
-    docs/results/framing/answer-places.md).
+    embedded model: when a side left the place only where the question did not raise its part
+    there at all, a framing the question raised a little ("The passages say that", +1.25
+    against +1.47 for the answer "2015") was compared instead of the answer, and 11 of 29
+    answer-first / answer-last pairs left the bare side (docs/results/framing/answer-places.md).
     """
+    said = repeated or [(0, 0)] * len(places)
+
+    def best(side: int, among: Sequence[int]) -> int:
+        return max(among, key=lambda k: raised[k][side])
+
     first = [k for k in range(len(places)) if k == 0 or places[k] != places[k - 1]]
     place = places[max(first, key=lambda k: sum(raised[k]))]
-    # max keeps the first of equals: that place's candidates come first.
-    order = sorted(range(len(places)), key=lambda k: places[k] != place)
-    direct, rag = (max(order, key=lambda k: raised[k][side]) for side in (0, 1))
-    return direct, rag
+    chosen = []
+    for side in (0, 1):
+        k = best(side, [j for j in range(len(places)) if places[j] == place])
+        better = [j for j in range(len(places))
+                  if raised[j][side] > max(raised[k][side], 0.0)
+                  and (raised[k][side] <= 0 or said[j][side] <= said[k][side])]
+        chosen.append(best(side, better) if better else k)
+    return chosen[0], chosen[1]
 
 
 def choose_answer_bearing(session: ModelSession, render: Callable[[str], str],
@@ -178,19 +192,22 @@ def choose_answer_bearing(session: ModelSession, render: Callable[[str], str],
         for c in row:
             if c.options:
                 # The pair's note ("compared by difference") stays with the part kept.
+                asked = set(keys(p.input.question))
                 c = replace(_answer_bearing_form(c.options, [
                     (raised(p.views.question_only, o.direct),
-                     raised(p.views.question_only, o.rag)) for o in c.options]), note=c.note)
+                     raised(p.views.question_only, o.rag)) for o in c.options], [
+                    (len(asked & set(keys(_bare(o.direct)))),
+                     len(asked & set(keys(_bare(o.rag))))) for o in c.options]), note=c.note)
             kept.append(c)
         out.append(kept)
     return out
 
 
-def _answer_bearing_form(options: Sequence[Compared], raised: Sequence[tuple[float, float]]
-                         ) -> Compared:
+def _answer_bearing_form(options: Sequence[Compared], raised: Sequence[tuple[float, float]],
+                         repeated: Sequence[tuple[int, int]]) -> Compared:
     """Direct's answer-bearing part against RAG's (:func:`answer_bearing`); the place's whole
     stretch when the two parts read alike (they cannot tell the answers apart)."""
-    d, r = answer_bearing([o.place for o in options], raised)
+    d, r = answer_bearing([o.place for o in options], raised, repeated)
     if d == r:
         return options[d]
     first, second = options[d], options[r]
