@@ -67,7 +67,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="read the framed pairs from this JSON file, or write them there "
                              "when it does not exist yet, so that interleaved runs skip "
                              "generating the bare answers (they quote the benchmark data: "
-                             "keep the file outside the repository)")
+                             "keep the file outside the repository); a file that exists is "
+                             "timed as it is, whatever --limit, --pairs and --texts say")
     parser.add_argument("--form", default=None,
                         help="scoring form (default: the version's default)")
     args = parser.parse_args(argv)

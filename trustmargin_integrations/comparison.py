@@ -157,7 +157,13 @@ def restates_question(question: str, text: str) -> bool:
     not a short answer. A scorer's "extraction" that does so is not used
     (:func:`~trustmargin_integrations.arbiter.comparisons.by_extraction`)."""
     asked = set(keys(question))
-    return bool(asked) and len(asked & set(keys(text))) >= RESTATED_SHARE * len(asked)
+    return bool(asked) and question_words_said(asked, text) >= RESTATED_SHARE * len(asked)
+
+
+def question_words_said(asked: set[str], text: str) -> int:
+    """How many of the question's distinct words (``asked``: the readings of its words)
+    ``text`` says: what restates the question, and what a framing copies from it."""
+    return len(asked & set(keys(text)))
 
 
 def _keys_in(tokens: Sequence[Token], span: Span) -> list[str]:

@@ -21,6 +21,7 @@ from trustmargin_integrations.backends.base import Capabilities, ContinuationReq
 from trustmargin_integrations.comparison import (
     Span,
     differential,
+    question_words_said,
     restates_question,
     scored_text,
 )
@@ -188,16 +189,17 @@ def choose_answer_bearing(session: ModelSession, render: Callable[[str], str],
 
     out = []
     for p, row in zip(chunk, rows, strict=True):
+        asked = set(keys(p.input.question))
         kept = []
         for c in row:
             if c.options:
                 # The pair's note ("compared by difference") stays with the part kept.
-                asked = set(keys(p.input.question))
                 c = replace(_answer_bearing_form(c.options, [
                     (raised(p.views.question_only, o.direct),
                      raised(p.views.question_only, o.rag)) for o in c.options], [
-                    (len(asked & set(keys(_bare(o.direct)))),
-                     len(asked & set(keys(_bare(o.rag))))) for o in c.options]), note=c.note)
+                    (question_words_said(asked, _bare(o.direct)),
+                     question_words_said(asked, _bare(o.rag))) for o in c.options]),
+                    note=c.note)
             kept.append(c)
         out.append(kept)
     return out
