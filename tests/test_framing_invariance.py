@@ -195,9 +195,9 @@ def test_framing_invariance_on_the_shared_dev_sets(backend: object) -> None:
     """The bounds, on the model's own strict disagreements: with the same framing on both
     sides (14 framings) the framed decision keeps the bare pair's side in at least 90% of the
     pairs away from near-ties; with a closed-book framing on Direct and a RAG framing on RAG
-    (6 pairs of framings) in at least 80% (measured 55/66 here, 11 pairs; issue 33's 85% is
-    for the dev sets pooled, docs/results/framing/answer-places.md), far above what a
-    text-blind decision reaches;
+    (6 pairs of framings) in at least 85% (measured 57/66 here, 11 pairs; 466/534 on the
+    dev sets A + B + C, docs/results/framing/lead-ins.md), far above what a text-blind
+    decision reaches;
     no framed pair ever claims agreement, and the framed decisions' F1 stays within 1 point
     of the bare decisions'. (A 256-token context and the first 5 questions of each dataset
     keep this test quick, about 12 disagreements x 20 framings; benchmarks/framing.py
@@ -209,7 +209,7 @@ def test_framing_invariance_on_the_shared_dev_sets(backend: object) -> None:
     assert [r.framing for r in rows] == [*FRAMINGS, *MIXED_FRAMINGS]
     assert all(r.agree == 0 for r in rows), {r.framing: r.agree for r in rows if r.agree}
     bare_scores = decision_scores(bare, pairs)
-    for suite, bound in ((rows[:len(FRAMINGS)], 0.9), (rows[len(FRAMINGS):], 0.8)):
+    for suite, bound in ((rows[:len(FRAMINGS)], 0.9), (rows[len(FRAMINGS):], 0.85)):
         s = suite_summary(suite, bare_scores)
         assert s.compared >= 4 * len(suite)
         assert s.kept / s.compared >= bound, {r.framing: f"{r.kept_side}/{r.compared}"

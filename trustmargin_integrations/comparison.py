@@ -18,8 +18,10 @@ language (:func:`differential`):
   remark, or the word that tells "Golden Globe Award" from "Golden Globe") is a candidate
   too, widened by the shared token before it (else after it) so that both sides have
   something to score. A candidate whose every token on both sides is a word of the question
-  restates the question and is set aside while another remains; one whose two sides read
-  alike is dropped (none left: the texts are compared whole);
+  restates the question, and a lead-in one text adds before a word of the question frames
+  the question's subject ("The passages say that the answer is Tom" against "Tom" in "Tom
+  Brady played for ..."): both are set aside while another candidate remains; one whose two
+  sides read alike is dropped (none left: the texts are compared whole);
 * a stretch that continues text both sides share ends at its first clause end (``X, but I am
   not sure``: the caveat is no part of the answer), and is widened to whole words (``5%``
   against ``5‰``, not ``%`` against ``‰``);
@@ -119,14 +121,16 @@ def differential(direct: str, rag: str, question: str = "") -> Comparison:
     # by position, but by the question once they are scored. A stretch one side adds is a
     # place too: where the two chains' framings also differ, the answers may differ only by
     # an added word ("Golden Globe Award" against "Golden Globe").
+    differing = [op for op in opcodes if op[0] != "equal"]
     places = [[op, *_by_clause(op, shown, left, right), *_less_shared_word(op, left, right),
                *_less_connective(op, shown, left, right)]
               if op[0] == "replace" else [_widened(op)]
-              for op in opcodes if op[0] != "equal"]
+              for op in differing]
     asked = set(keys(question))
-    answering = [[op for op in ops
-                  if not {t.key for t in (*left[op[1]:op[2]], *right[op[3]:op[4]])} <= asked]
-                 for ops in places]
+    answering = [[] if _leads_into_question(op, left, asked)
+                 else [c for c in ops
+                       if not {t.key for t in (*left[c[1]:c[2]], *right[c[3]:c[4]])} <= asked]
+                 for op, ops in zip(differing, places, strict=True)]
     if not any(answering):
         answering = places
     stretches: list[Stretch] = []
@@ -169,6 +173,19 @@ def question_words_said(asked: set[str], text: str) -> int:
 def _keys_in(tokens: Sequence[Token], span: Span) -> list[str]:
     """The reading of the tokens inside a plain-text span (code keeps its case)."""
     return [t.key for t in tokens if span.start <= t.plain_start < span.end]
+
+
+def _leads_into_question(op: Op, left: Sequence[Token], asked: set[str]) -> bool:
+    """Whether ``op`` is a lead-in one text adds before all that both say, whose first shared
+    word is a word of the question ("The passages say that the answer is" before "Tom Brady
+    played for ...", for "... did Tom Brady play for?"). Widened to that word, it would be
+    compared as an answer, and the question raises its own word because it copies it, not
+    because it answers. An addition after a shared word may be an answer's own word
+    ("Mahesh Shrinivas Bhupathi" against "Mahesh Bhupathi" for "Who is older, Ferdi Taygan
+    or Mahesh Bhupathi?") and stays a candidate."""
+    tag, i1, i2, j1, _ = op
+    return (tag in ("insert", "delete") and i1 == j1 == 0 and i2 < len(left)
+            and left[i2].key in asked)
 
 
 def _widened(op: Op) -> Op:

@@ -32,10 +32,14 @@ FRAMED = [
 ]
 
 
-def _candidates(direct: str, rag: str) -> list[tuple[str, str]]:
-    found = differential(direct, rag, QUESTION)
+def _candidates_for(question: str, direct: str, rag: str) -> list[tuple[str, str]]:
+    found = differential(direct, rag, question)
     return [(scored_text(direct, (s.direct,)), scored_text(rag, (s.rag,)))
             for s in found.stretches]
+
+
+def _candidates(direct: str, rag: str) -> list[tuple[str, str]]:
+    return _candidates_for(QUESTION, direct, rag)
 
 
 @pytest.mark.parametrize(("direct", "rag"), FRAMED)
@@ -161,3 +165,36 @@ def test_an_answer_the_framings_surround_is_a_candidate(direct: str, rag: str,
     framings also differ, the added word was no candidate (only the framings were compared,
     in 7 of 174 pairs), and "is German" was compared with "Sweden" (7 more)."""
     assert compared in _candidates(direct, rag)
+
+
+def test_a_lead_in_before_a_word_of_the_question_is_no_candidate() -> None:
+    """Measured on the embedded model's own long answers under the mixed framings: the lead-in
+    one chain adds was compared as its answer, widened to the question's word it stands
+    before ("Tom" against "The passages say that the answer is Tom"), because the question
+    raises its own words most (+7.12 for "Tom")."""
+    question = "What team did Tom Brady play for?"
+    direct = "Tom Brady played for the New England Patriots."
+    rag = "The passages say that the answer is Tom Brady played for the Giants."
+    candidates = _candidates_for(question, direct, rag)
+    assert not any(d == "Tom" for d, _ in candidates), candidates
+    assert ("New England Patriots", "Giants") in candidates, candidates
+
+
+def test_a_word_added_after_a_word_of_the_question_stays_a_candidate() -> None:
+    """An addition inside the answer may be the answer's own word, even where the question
+    names the answer ("Who is older, Ferdi Taygan or Mahesh Bhupathi?"); a rule that set
+    aside every addition next to a question word lost this pair under the mixed framings."""
+    candidates = _candidates_for(
+        "Who is older, Ferdi Taygan or Mahesh Bhupathi?",
+        "I believe the answer is Mahesh Bhupathi, but I am not completely sure.",
+        "According to the context, the answer is Mahesh Shrinivas Bhupathi.")
+    assert ("Mahesh", "Mahesh Shrinivas") in candidates, candidates
+
+
+def test_a_lead_in_before_the_question_s_words_alone_is_still_compared() -> None:
+    """Where nothing else differs, the lead-in is what the texts differ by: it is compared,
+    never read as agreement."""
+    found = differential("Tom Brady.", "The passages say that it is Tom Brady.",
+                         "Who is Tom Brady?")
+    assert not found.agree
+    assert found.stretches
