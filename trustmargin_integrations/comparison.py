@@ -181,8 +181,8 @@ def _leads_into_question(op: Op, left: Sequence[Token], asked: set[str]) -> bool
     played for ...", for "... did Tom Brady play for?"). Widened to that word, it would be
     compared as an answer, and the question raises its own word because it copies it, not
     because it answers. An addition after a shared word may be an answer's own word
-    ("Mahesh Shrinivas Bhupathi" against "Mahesh Bhupathi" for "Who is older, Ferdi Taygan
-    or Mahesh Bhupathi?") and stays a candidate."""
+    ("Rahul Vikram Mehta" against "Rahul Mehta" for "Who is older, Lena Hart or Rahul
+    Mehta?") and stays a candidate."""
     tag, i1, i2, j1, _ = op
     return (tag in ("insert", "delete") and i1 == j1 == 0 and i2 < len(left)
             and left[i2].key in asked)
