@@ -183,7 +183,8 @@ def test_a_lead_in_before_a_word_of_the_question_is_no_candidate() -> None:
 def test_a_word_added_after_a_word_of_the_question_stays_a_candidate() -> None:
     """An addition inside the answer may be the answer's own word, even where the question
     names the answer ("Who is older, Lena Hart or Rahul Mehta?"); a rule that set
-    aside every addition next to a question word lost this pair under the mixed framings."""
+    aside every addition next to a question word lost such a pair (a middle name added)
+    under the mixed framings."""
     candidates = _candidates_for(
         "Who is older, Lena Hart or Rahul Mehta?",
         "I believe the answer is Rahul Mehta, but I am not completely sure.",
