@@ -211,11 +211,52 @@ def test_framed_copies_of_questions_branch_off_shared_prompts(backend: HFBackend
         # No row carries the others' stems (a pass costs its rows x its longest row): piling
         # every short prompt's stem on the first row made one row 6x the median here.
         assert max(spans) <= 2 * sorted(spans)[len(spans) // 2] + 16, spans
-        computed += len(spans) * max(spans)
+        computed += min(len(spans) * max(spans), _packed(tree.split_into_lanes(rows)))
     # Each prompt on its own would feed every token of every prompt; sharing the prefixes the
     # framed copies have in common computes under 40% of that here (64% before the
     # prefills and the balance, 31% with them).
     assert computed <= 0.4 * sum(len(ids) for ids in encoded.values())
+    _assert_fast_equals_plain(backend, requests)
+
+
+def _packed(lanes: list) -> int:
+    """Tokens a pass over these lanes packs: every lane padded to the longest."""
+    return len(lanes) * max(sum(stem.length for stem, _ in stems) for _, stems in lanes)
+
+
+@pytest.mark.slow
+def test_a_row_of_long_answers_is_split_over_copies_of_it(backend: HFBackend) -> None:
+    """One question whose two answers are long (a chain's paragraphs, each under three
+    framings) beside three with one-word answers: its stems go into several lanes that copy
+    its cached row, the pass packs fewer tokens than one lane per row (which padded the
+    short rows to the long one), and every likelihood still equals the plain forward
+    pass."""
+    from trustmargin_integrations.backends.hf import tree
+
+    tm = TrustMargin(backend, TrustMarginConfig(max_context_tokens=96))
+    prepared = [tm.prepare(x) for x in _cwq(4)]
+    long = " The answer is " + ", then ".join(f"the {k}th of the lakes near Venn" for k in
+                                                range(12))
+    requests = [ContinuationRequest(p.views.question_context + frame, answer)
+                for i, p in enumerate(prepared) for frame in FRAMES
+                for answer in ((long, long.replace("Venn", "Dorr")) if i == 0
+                               else (" Paris", " Lyon"))]
+    encoded = {r.prompt: backend.encode_prompt(r.prompt) for r in requests}
+    caches: list[tree.CachedPrompts] = []
+    plan = tree._plan(backend.loaded, tree.requests_by_prompt(backend.loaded, requests),
+                      encoded, caches)
+    [rows] = plan.values()
+    lanes = tree.split_into_lanes(rows)
+    served = [row for row, _ in lanes]
+    assert len(served) > len(set(served)), served  # a row copied into several lanes
+    one_per_row = len(rows) * max(sum(s.length for s, _ in stems) for stems in rows.values())
+    assert _packed(lanes) < 0.7 * one_per_row
+    assert len(lanes) <= 2 * len(rows)  # the copies are bounded (each holds the row again)
+    _assert_fast_equals_plain(backend, requests)
+
+
+def _assert_fast_equals_plain(backend: HFBackend, requests: list[ContinuationRequest]) -> None:
+    """Every request's likelihood through a session equals one plain forward pass's."""
     with backend.session() as session:
         fast = session.score(requests)
     plain = backend.score_continuations(requests)

@@ -85,12 +85,12 @@ def score_requests(
                    for prompt in by_prompt}
         plan = _plan(loaded, by_prompt, encoded, caches)
         for c, rows in plan.items():
-            order = sorted(rows)
-            scores = score_stems(loaded, caches[c].batch, order,
-                                 [[stem for stem, _ in rows[r]] for r in order])
-            for r, row_scores in zip(order, scores, strict=True):
-                flat = [n for _, ns in rows[r] for n in ns]
-                for n, score in zip(flat, row_scores, strict=True):
+            lanes = split_into_lanes(rows)
+            scores = score_stems(loaded, caches[c].batch, [row for row, _ in lanes],
+                                 [[stem for stem, _ in stems] for _, stems in lanes])
+            for (_, stems), lane_scores in zip(lanes, scores, strict=True):
+                flat = [n for _, ns in stems for n in ns]
+                for n, score in zip(flat, lane_scores, strict=True):
                     results[n] = score
             caches[c].consumed = True
     return [r for r in results if r is not None]
@@ -172,6 +172,59 @@ def _balanced_row(
         if (cost, -visible) < (choice[0], -choice[2]):
             choice = (cost, row, visible)
     return c, choice[1], choice[2]
+
+
+# A pass may copy a cached row into at most this many lanes per row it serves: each copy holds
+# the row's keys and values again (a 7B model's 4k-token row is about half a GB in fp16).
+_MAX_LANES_PER_ROW = 2
+
+Lane = tuple[int, list[tuple[Stem, list[int]]]]
+"""A packed sequence of one pass: the cached row it continues, and its stems (each with its
+requests' indices)."""
+
+
+def split_into_lanes(rows: dict[int, list[tuple[Stem, list[int]]]]) -> list[Lane]:
+    """The rows' stems packed into lanes, a cached row copied into several when that packs
+    fewer tokens in all.
+
+    A pass pads every lane to its longest, and a row's stems can only follow that row's
+    prompt: one question whose answers are long (three framings of a long answer) made a
+    pass of eight rows twice as long as its mean row, half of it padding. The lane length
+    chosen is the one that packs the fewest tokens (lanes x longest lane), stems placed
+    first-fit, longest first, into lanes of their own row.
+    """
+    stems = {r: sorted(rows[r], key=lambda s: -s[0].length) for r in sorted(rows)}
+    loads = {r: sum(stem.length for stem, _ in row) for r, row in stems.items()}
+    longest_stem = max(row[0][0].length for row in stems.values())
+    limits = {max(longest_stem, -(-load // k)) for r, load in loads.items()
+              for k in range(1, len(stems[r]) + 1)}
+    best: tuple[tuple[int, int], list[Lane]] | None = None
+    for limit in sorted(limits, reverse=True):
+        lanes = [lane for r in stems for lane in _first_fit(r, stems[r], limit)]
+        if len(lanes) > _MAX_LANES_PER_ROW * len(stems):
+            continue
+        span = max(sum(stem.length for stem, _ in packed) for _, packed in lanes)
+        cost = (len(lanes) * span, len(lanes))
+        if best is None or cost < best[0]:
+            best = (cost, lanes)
+    assert best is not None  # the longest row's load as the limit keeps one lane per row
+    return best[1]
+
+
+def _first_fit(row: int, stems: list[tuple[Stem, list[int]]], limit: int) -> list[Lane]:
+    """``stems`` (longest first) placed first-fit into lanes of ``row`` of at most ``limit``
+    tokens each (a stem longer than the limit gets a lane of its own)."""
+    lanes: list[Lane] = []
+    room: list[int] = []
+    for stem in stems:
+        k = next((k for k, free in enumerate(room) if stem[0].length <= free), None)
+        if k is None:
+            lanes.append((row, []))
+            room.append(limit)
+            k = len(lanes) - 1
+        lanes[k][1].append(stem)
+        room[k] -= stem[0].length
+    return lanes
 
 
 def _visible(ids: list[int], cached: list[int]) -> int:
@@ -289,15 +342,16 @@ def _pack(stems: list[list[Stem]], pads: list[int], width: int, pad_id: int) -> 
 def score_stems(
     loaded: LoadedModel, batch: DecodingBatch, rows: list[int], stems: list[list[Stem]]
 ) -> list[list[ContinuationScore]]:
-    """Score every target of every stem of the selected rows in one forward pass.
-
-    Each row's stems are packed into one short sequence after its cached prompt; a 4D
+    """Score every target of every stem in one forward pass: ``stems[k]`` is packed into one
+    short sequence, a lane, after the cached prompt of row ``rows[k]`` (a row may serve
+    several lanes, see :func:`split_into_lanes`); a 4D
     attention mask gives every token exactly the context it has in a plain forward pass.
     The cache is consumed (it grows by the packed tokens).
     """
     device = loaded.device
     cache = batch.cache
-    if len(rows) != batch.rows:
+    if rows != list(range(batch.rows)):
+        # A row may appear several times (split_into_lanes): indexing copies it.
         cache.batch_select_indices(torch.tensor(rows, device=device))
     packed = _pack(stems, [batch.pads[r] for r in rows], batch.width, loaded.pad_token_id)
     # Only positions that predict an answer token need the vocabulary projection.
