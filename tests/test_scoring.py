@@ -263,3 +263,24 @@ def _assert_fast_equals_plain(backend: HFBackend, requests: list[ContinuationReq
     for f, p in zip(fast, plain, strict=True):
         assert f.num_tokens == p.num_tokens
         assert f.mean == pytest.approx(p.mean, abs=TOL)
+
+
+def test_lanes_pack_no_more_than_one_lane_per_row() -> None:
+    """The lane choice on its own (no model): every stem is placed once, in a lane of its
+    own row; the lanes never pack more tokens than one lane per row did, and at most two per
+    row served; rows of equal load stay one lane each, and one long row beside short ones is
+    split."""
+    from trustmargin_integrations.backends.hf.tree import Stem, split_into_lanes
+
+    def stem(feed: int, answer: int) -> Stem:
+        return Stem(100, tuple(range(feed)), (tuple(range(answer)),))
+
+    even = {r: [(stem(5, 10), [r])] * 3 for r in range(4)}
+    assert [row for row, _ in split_into_lanes(even)] == [0, 1, 2, 3]
+    uneven = {0: [(stem(20, 40), [k]) for k in range(6)],
+              **{r: [(stem(1, 3), [10 + r])] for r in range(1, 8)}}
+    lanes = split_into_lanes(uneven)
+    assert sorted((row, n) for row, stems in lanes for _, ns in stems for n in ns) == sorted(
+        (row, n) for row, stems in uneven.items() for _, ns in stems for n in ns)
+    assert _packed(lanes) < _packed(list(uneven.items()))
+    assert len(lanes) <= 2 * len(uneven)

@@ -175,8 +175,13 @@ def _balanced_row(
 
 
 # A pass may copy a cached row into at most this many lanes per row it serves: each copy holds
-# the row's keys and values again (a 7B model's 4k-token row is about half a GB in fp16).
+# the row's keys and values again (a 4k-token row of a 7B model with grouped-query attention
+# is about half a GB in fp16).
 _MAX_LANES_PER_ROW = 2
+# The lane lengths tried are read off this many of the longest rows (the rows that set a
+# pass's length): the choice runs in Python before every pass, and a batch of 64 questions
+# has hundreds of stems.
+_ROWS_THAT_SET_LANE_LENGTHS = 8
 
 Lane = tuple[int, list[tuple[Stem, list[int]]]]
 """A packed sequence of one pass: the cached row it continues, and its stems (each with its
@@ -196,13 +201,15 @@ def split_into_lanes(rows: dict[int, list[tuple[Stem, list[int]]]]) -> list[Lane
     stems = {r: sorted(rows[r], key=lambda s: -s[0].length) for r in sorted(rows)}
     loads = {r: sum(stem.length for stem, _ in row) for r, row in stems.items()}
     longest_stem = max(row[0][0].length for row in stems.values())
-    limits = {max(longest_stem, -(-load // k)) for r, load in loads.items()
-              for k in range(1, len(stems[r]) + 1)}
+    most_lanes = _MAX_LANES_PER_ROW * len(stems)
+    longest_rows = sorted(stems, key=lambda r: -loads[r])[:_ROWS_THAT_SET_LANE_LENGTHS]
+    limits = {max(longest_stem, -(-loads[r] // k)) for r in longest_rows
+              for k in range(1, min(len(stems[r]), most_lanes) + 1)}
     best: tuple[tuple[int, int], list[Lane]] | None = None
     for limit in sorted(limits, reverse=True):
         lanes = [lane for r in stems for lane in _first_fit(r, stems[r], limit)]
-        if len(lanes) > _MAX_LANES_PER_ROW * len(stems):
-            continue
+        if len(lanes) > most_lanes:
+            break  # shorter lanes only take more of them
         span = max(sum(stem.length for stem, _ in packed) for _, packed in lanes)
         cost = (len(lanes) * span, len(lanes))
         if best is None or cost < best[0]:
