@@ -211,17 +211,12 @@ def test_framed_copies_of_questions_branch_off_shared_prompts(backend: HFBackend
         # No row carries the others' stems (a pass costs its rows x its longest row): piling
         # every short prompt's stem on the first row made one row 6x the median here.
         assert max(spans) <= 2 * sorted(spans)[len(spans) // 2] + 16, spans
-        computed += min(len(spans) * max(spans), _packed(tree.split_into_lanes(rows)))
+        computed += tree.packed_tokens(tree.split_into_lanes(rows))
     # Each prompt on its own would feed every token of every prompt; sharing the prefixes the
     # framed copies have in common computes under 40% of that here (64% before the
     # prefills and the balance, 31% with them).
     assert computed <= 0.4 * sum(len(ids) for ids in encoded.values())
     _assert_fast_equals_plain(backend, requests)
-
-
-def _packed(lanes: list) -> int:
-    """Tokens a pass over these lanes packs: every lane padded to the longest."""
-    return len(lanes) * max(sum(stem.length for stem, _ in stems) for _, stems in lanes)
 
 
 @pytest.mark.slow
@@ -249,8 +244,7 @@ def test_a_row_of_long_answers_is_split_over_copies_of_it(backend: HFBackend) ->
     lanes = tree.split_into_lanes(rows)
     served = [row for row, _ in lanes]
     assert len(served) > len(set(served)), served  # a row copied into several lanes
-    one_per_row = len(rows) * max(sum(s.length for s, _ in stems) for stems in rows.values())
-    assert _packed(lanes) < 0.7 * one_per_row
+    assert tree.packed_tokens(lanes) < 0.7 * tree.packed_tokens(list(rows.items()))
     assert len(lanes) <= 2 * len(rows)  # the copies are bounded (each holds the row again)
     _assert_fast_equals_plain(backend, requests)
 
@@ -270,7 +264,7 @@ def test_lanes_pack_no_more_than_one_lane_per_row() -> None:
     own row; the lanes never pack more tokens than one lane per row did, and at most two per
     row served; rows of equal load stay one lane each, and one long row beside short ones is
     split."""
-    from trustmargin_integrations.backends.hf.tree import Stem, split_into_lanes
+    from trustmargin_integrations.backends.hf.tree import Stem, packed_tokens, split_into_lanes
 
     def stem(feed: int, answer: int) -> Stem:
         return Stem(100, tuple(range(feed)), (tuple(range(answer)),))
@@ -282,5 +276,5 @@ def test_lanes_pack_no_more_than_one_lane_per_row() -> None:
     lanes = split_into_lanes(uneven)
     assert sorted((row, n) for row, stems in lanes for _, ns in stems for n in ns) == sorted(
         (row, n) for row, stems in uneven.items() for _, ns in stems for n in ns)
-    assert _packed(lanes) < _packed(list(uneven.items()))
+    assert packed_tokens(lanes) < packed_tokens(list(uneven.items()))
     assert len(lanes) <= 2 * len(uneven)

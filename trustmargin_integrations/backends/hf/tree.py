@@ -209,13 +209,19 @@ def split_into_lanes(rows: dict[int, list[tuple[Stem, list[int]]]]) -> list[Lane
     for limit in sorted(limits, reverse=True):
         lanes = [lane for r in stems for lane in _first_fit(r, stems[r], limit)]
         if len(lanes) > most_lanes:
-            break  # shorter lanes only take more of them
-        span = max(sum(stem.length for stem, _ in packed) for _, packed in lanes)
-        cost = (len(lanes) * span, len(lanes))
+            # Shorter lanes take at least as many (first-fit could, rarely, take one fewer;
+            # stopping here keeps the search short).
+            break
+        cost = (packed_tokens(lanes), len(lanes))
         if best is None or cost < best[0]:
             best = (cost, lanes)
     assert best is not None  # the longest row's load as the limit keeps one lane per row
     return best[1]
+
+
+def packed_tokens(lanes: Sequence[Lane]) -> int:
+    """Tokens a pass over ``lanes`` packs: every lane padded to the longest."""
+    return len(lanes) * max(sum(stem.length for stem, _ in stems) for _, stems in lanes)
 
 
 def _first_fit(row: int, stems: list[tuple[Stem, list[int]]], limit: int) -> list[Lane]:
