@@ -174,9 +174,9 @@ def _balanced_row(
     return c, choice[1], choice[2]
 
 
-# A pass may copy a cached row into at most this many lanes per row it serves: each copy holds
-# the row's keys and values again (a 4k-token row of a 7B model with grouped-query attention
-# is about half a GB in fp16).
+# A pass has at most this many lanes per cached row it serves, in all (one long row may take
+# several of them): each lane copies its row's keys and values (a 4k-token row of a 7B model
+# with grouped-query attention is about half a GB in fp16).
 _MAX_LANES_PER_ROW = 2
 # The lane lengths tried are read off this many of the longest rows (the rows that set a
 # pass's length): the choice runs in Python before every pass, and a batch of 64 questions
